@@ -1,0 +1,100 @@
+"""permclient: the editor side of an agent runtime's permission requests.
+
+A JSON-RPC 2.0 client on trio, in two dialects: the VS Code-style bridge
+(Content-Length framing) and the Agent Client Protocol (newline-delimited).
+Permission requests go to the handler registered for exactly their session;
+every path that is not an explicit choice of an offered option answers
+``cancelled``.
+"""
+
+from __future__ import annotations
+
+from ._client import (
+    Client,
+    DialectName,
+    InboundNotification,
+    NotificationCallback,
+    PermissionHandler,
+    Registration,
+    RequestHandler,
+    open_client,
+)
+from ._errors import (
+    ConnectionClosed,
+    LocalProtocolError,
+    PermclientError,
+    ProtocolError,
+    RemoteProtocolError,
+    RequestError,
+)
+from ._framing import ContentLengthFramer, NewlineFramer
+from ._messages import ErrorCode
+from ._process import open_process
+from ._telemetry import JsonlTelemetry, Telemetry
+from ._tracker import ToolCallState, ToolCallTracker
+from ._wire import (
+    AudioContent,
+    Cancelled,
+    Content,
+    ContentBlock,
+    Decision,
+    Diff,
+    EmbeddedResource,
+    ImageContent,
+    PermissionOption,
+    PermissionRequest,
+    PermissionResponse,
+    ResourceLink,
+    Selected,
+    Terminal,
+    TextContent,
+    ToolCallContent,
+    ToolCallLocation,
+    ToolCallUpdate,
+)
+
+__version__ = "0.1.0.dev0"
+
+__all__ = [
+    "AudioContent",
+    "Cancelled",
+    "Client",
+    "ConnectionClosed",
+    "Content",
+    "ContentBlock",
+    "ContentLengthFramer",
+    "Decision",
+    "DialectName",
+    "Diff",
+    "EmbeddedResource",
+    "ErrorCode",
+    "ImageContent",
+    "InboundNotification",
+    "JsonlTelemetry",
+    "LocalProtocolError",
+    "NewlineFramer",
+    "NotificationCallback",
+    "PermclientError",
+    "PermissionHandler",
+    "PermissionOption",
+    "PermissionRequest",
+    "PermissionResponse",
+    "ProtocolError",
+    "Registration",
+    "RemoteProtocolError",
+    "RequestError",
+    "RequestHandler",
+    "ResourceLink",
+    "Selected",
+    "Telemetry",
+    "Terminal",
+    "TextContent",
+    "ToolCallContent",
+    "ToolCallLocation",
+    "ToolCallState",
+    "ToolCallTracker",
+    "ToolCallUpdate",
+    "__version__",
+    "open_client",
+    "open_process",
+]

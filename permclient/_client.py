@@ -1,0 +1,857 @@
+"""The trio layer: one connection to an agent runtime, in either dialect.
+
+One reader task feeds the framer and dispatches every message synchronously
+(so notifications keep their order); one writer task owns the stream's send side
+and flushes whatever has been queued since its last write (batched writes; a
+cancelled caller can never leave half a frame on the wire, because queueing a
+frame is a synchronous append). Each inbound request runs in a task of its own,
+inside its own cancel scope.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from typing import Any, Final, Literal, TypeVar, overload
+
+import msgspec
+import trio
+
+from ._errors import ConnectionClosed, LocalProtocolError, RemoteProtocolError, RequestError
+from ._framing import DEFAULT_MAX_FRAME_SIZE, ContentLengthFramer, Framer, NewlineFramer
+from ._messages import (
+    ErrorCode,
+    ErrorResponse,
+    InvalidMessage,
+    Notification,
+    Request,
+    RequestId,
+    Response,
+    encode_error,
+    encode_notification,
+    encode_request,
+    encode_result,
+    parse_message,
+)
+from ._telemetry import Telemetry
+from ._tracker import ToolCallTracker
+from ._wire import (
+    Cancelled,
+    Decision,
+    PermissionRequest,
+    PermissionResponse,
+    Selected,
+    cancel_params_decoder,
+    permission_request_decoder,
+)
+
+log = logging.getLogger("permclient")
+
+T = TypeVar("T")
+
+DialectName = Literal["bridge", "acp"]
+PermissionHandler = Callable[[PermissionRequest], Awaitable[Decision]]
+RequestHandler = Callable[[Any], Awaitable[Any]]
+NotificationCallback = Callable[["InboundNotification"], None]
+
+PERMISSION_METHOD: Final = "session/request_permission"
+_CANCEL_METHODS: Final = frozenset({"$/cancelRequest", "$/cancel_request"})
+_RECEIVE_SIZE: Final = 256 * 1024
+_FLUSH_GRACE_S: Final = 2.0
+_BACKLOG_LIMIT: Final = 4096
+_CANCELLED: Final = Cancelled()
+_PERMISSION_CANCELLED: Final = PermissionResponse(_CANCELLED)
+
+
+@dataclass(frozen=True, slots=True)
+class _Dialect:
+    name: DialectName
+    framer: type[ContentLengthFramer] | type[NewlineFramer]
+    cancel_method: str
+    cancel_key: str
+    # Outbound requests that *are* a turn: cancelling one cancels the session's turn.
+    turn_requests: frozenset[str]
+    # Outbound notifications that cancel a session's turn.
+    turn_cancels: frozenset[str]
+
+
+_DIALECTS: Final[dict[str, _Dialect]] = {
+    "bridge": _Dialect(
+        "bridge", ContentLengthFramer, "$/cancelRequest", "id", frozenset({"chatSend"}), frozenset()
+    ),
+    "acp": _Dialect(
+        "acp",
+        NewlineFramer,
+        "$/cancel_request",
+        "requestId",
+        frozenset({"session/prompt"}),
+        frozenset({"session/cancel"}),
+    ),
+}
+
+
+class InboundNotification(msgspec.Struct, frozen=True):
+    """A notification from the runtime, as given to notification callbacks.
+
+    ``params`` is the decoded JSON (dicts, lists, str, ...); ``session_id`` is
+    ``params["sessionId"]`` when that is a string, else ``None``.
+    """
+
+    method: str
+    params: Any
+    session_id: str | None
+
+
+class Registration:
+    """Undoes a registration: call :meth:`close`, or use it as a context manager."""
+
+    __slots__ = ("_undo",)
+
+    def __init__(self, undo: Callable[[], None]) -> None:
+        self._undo: Callable[[], None] | None = undo
+
+    def close(self) -> None:
+        """Remove the registration; calling it again does nothing."""
+        undo, self._undo = self._undo, None
+        if undo is not None:
+            undo()
+
+    def __enter__(self) -> Registration:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class _Outbound:
+    __slots__ = ("done", "error", "method", "params", "result")
+
+    def __init__(self, method: str, params: Any) -> None:
+        self.method = method
+        self.params = params
+        self.done = trio.Event()
+        self.result: msgspec.Raw | None = None
+        self.error: Exception | None = None
+
+
+class _HandlerEntry:
+    __slots__ = ("handler", "pending")
+
+    def __init__(self, handler: PermissionHandler) -> None:
+        self.handler = handler
+        self.pending: set[_Inbound] = set()
+
+
+class _Inbound:
+    """One inbound request from arrival until its single response is queued."""
+
+    __slots__ = (
+        "answered",
+        "entry",
+        "id",
+        "is_permission",
+        "scope",
+        "session_id",
+        "started",
+        "tool_call_id",
+    )
+
+    def __init__(self, request_id: RequestId | None, session_id: str | None) -> None:
+        self.id = request_id
+        self.session_id = session_id
+        self.scope = trio.CancelScope()
+        self.answered = False
+        self.started = time.monotonic()
+        self.is_permission = False
+        self.entry: _HandlerEntry | None = None
+        self.tool_call_id: str | None = None
+
+
+class _SessionScoped(msgspec.Struct, rename="camel"):
+    session_id: Any = None
+
+
+_session_scoped_decoder: Final = msgspec.json.Decoder(_SessionScoped)
+_any_decoder: Final = msgspec.json.Decoder()
+
+
+def _session_of(params: Any) -> str | None:
+    """The ``sessionId`` of outbound params given as a dict or a Struct."""
+    value = (
+        params.get("sessionId") if isinstance(params, dict) else getattr(params, "session_id", None)
+    )
+    return value if isinstance(value, str) else None
+
+
+class Client:
+    """A JSON-RPC connection to an agent runtime. Create it with :func:`open_client`.
+
+    Sends requests and notifications, routes the runtime's permission requests to
+    the handler registered for exactly their ``sessionId``, answers every inbound
+    request exactly once, and fails closed: anything but an explicit choice of an
+    offered option is answered ``cancelled``.
+    """
+
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        dialect: _Dialect,
+        nursery: trio.Nursery,
+        *,
+        telemetry: Telemetry | None,
+        max_frame_size: int,
+    ) -> None:
+        self._stream = stream
+        self._dialect = dialect
+        self._nursery = nursery
+        self._telemetry = telemetry
+        self._framer: Framer = dialect.framer(max_frame_size=max_frame_size)
+        self._encode_frame = dialect.framer.encode
+        self._next_id = 0
+        self._outbound: dict[RequestId, _Outbound] = {}
+        self._inbound: dict[RequestId | None, _Inbound] = {}
+        self._permission_handlers: dict[str, list[_HandlerEntry]] = {}
+        self._request_handlers: dict[str, RequestHandler] = {}
+        self._notification_callbacks: dict[str, list[NotificationCallback]] = {}
+        self._session_callbacks: dict[str, list[NotificationCallback]] = {}
+        self._backlog: deque[InboundNotification] = deque(maxlen=_BACKLOG_LIMIT)
+        self._outbuf = bytearray()
+        self._writer_lot = trio.lowlevel.ParkingLot()
+        self._flushed_lot = trio.lowlevel.ParkingLot()
+        self._writing = False
+        self._write_failed = False
+        self._closed: str | None = None
+        self.process: trio.Process | None = None
+        """The runtime's process when the client came from :func:`open_process`."""
+        self.tool_calls = ToolCallTracker()
+        """Per (session, toolCallId) state of every tool call seen (invariant 9)."""
+
+    # ----------------------------------------------------------------- public API
+
+    @property
+    def dialect(self) -> DialectName:
+        """``"bridge"`` (Content-Length framing) or ``"acp"`` (newline-delimited)."""
+        return self._dialect.name
+
+    @property
+    def closed_reason(self) -> str | None:
+        """Why the connection closed, or ``None`` while it is open."""
+        return self._closed
+
+    @overload
+    async def request(self, method: str, params: Any = None) -> Any: ...
+
+    @overload
+    async def request(self, method: str, params: Any = None, *, result_type: type[T]) -> T: ...
+
+    async def request(self, method: str, params: Any = None, *, result_type: Any = Any) -> Any:
+        """Send a request and wait for its response.
+
+        ``params`` is anything msgspec can encode (a dict, a Struct, ...). The
+        result is decoded into ``result_type`` (plain JSON values by default).
+        If the caller is cancelled while waiting, the dialect's cancel
+        notification is sent for this id and a late response is dropped; for a
+        turn request (bridge ``chatSend``, ACP ``session/prompt``) every pending
+        permission request of its session is answered ``cancelled`` at once.
+
+        Raises :class:`RequestError` for an error response,
+        :class:`ConnectionClosed` if the connection is or becomes closed,
+        :class:`LocalProtocolError` if ``params`` cannot be encoded, and
+        :class:`RemoteProtocolError` if the result does not decode as ``result_type``.
+        """
+        self._check_open()
+        request_id = self._next_id
+        self._next_id += 1
+        self._queue(encode_request(request_id, method, params))
+        slot = self._outbound[request_id] = _Outbound(method, params)
+        try:
+            await slot.done.wait()
+        except BaseException:
+            if self._outbound.pop(request_id, None) is not None:
+                self._abandon(request_id, slot)
+            raise
+        if slot.error is not None:
+            raise slot.error
+        assert slot.result is not None
+        if result_type is Any:
+            return _any_decoder.decode(slot.result)
+        try:
+            return msgspec.json.decode(slot.result, type=result_type)
+        except msgspec.DecodeError as exc:
+            raise RemoteProtocolError(f"unexpected result for {method}: {exc}") from exc
+
+    async def notify(self, method: str, params: Any = None) -> None:
+        """Send a notification.
+
+        In the ACP dialect, ``session/cancel`` also answers every pending
+        permission request of that session ``cancelled`` at once.
+
+        Raises :class:`ConnectionClosed` if the connection is closed and
+        :class:`LocalProtocolError` if ``params`` cannot be encoded.
+        """
+        self._check_open()
+        self._queue(encode_notification(method, params))
+        if method in self._dialect.turn_cancels:
+            session_id = _session_of(params)
+            if session_id is not None:
+                self.cancel_permissions(session_id)
+        await trio.lowlevel.checkpoint()
+
+    @contextmanager
+    def permission_handler(self, session_id: str, handler: PermissionHandler) -> Iterator[None]:
+        """Route ``session/request_permission`` requests of ``session_id`` to ``handler``.
+
+        Scope it to a turn. The handler is ``async (PermissionRequest) -> Decision``;
+        only ``Selected(option_id)`` with an offered id answers ``selected``;
+        anything else (``Cancelled()``, an exception, another value, an id that
+        was not offered, the scope being cancelled) answers ``cancelled``. A
+        nested registration for the same session shadows this one until it
+        exits. On exit, requests still pending with this handler are answered
+        ``cancelled`` at once.
+
+        Raises :class:`ValueError` if ``session_id`` is empty.
+        """
+        if not isinstance(session_id, str) or not session_id:
+            raise ValueError("session_id must be a non-empty string")
+        entry = _HandlerEntry(handler)
+        stack = self._permission_handlers.setdefault(session_id, [])
+        stack.append(entry)
+        try:
+            yield
+        finally:
+            stack.remove(entry)
+            if not stack:
+                del self._permission_handlers[session_id]
+            for state in list(entry.pending):
+                self._cancel_inbound(state, "turn")
+
+    def cancel_permissions(self, session_id: str) -> int:
+        """Answer every pending permission request of ``session_id`` ``cancelled`` now.
+
+        Use it when a turn is cancelled. Returns how many requests were answered.
+        """
+        states = [
+            s for s in self._inbound.values() if s.is_permission and s.session_id == session_id
+        ]
+        for state in states:
+            self._cancel_inbound(state, "turn")
+        return len(states)
+
+    def pending_permissions(self, session_id: str | None = None) -> int:
+        """How many permission requests (of one session, or in all) await an answer."""
+        return sum(
+            1
+            for s in self._inbound.values()
+            if s.is_permission and (session_id is None or s.session_id == session_id)
+        )
+
+    def on_request(self, method: str, handler: RequestHandler) -> Registration:
+        """Answer inbound requests of ``method`` with ``await handler(params)``.
+
+        ``params`` is the decoded JSON. The handler's return value is the result;
+        raising :class:`RequestError` answers with that error, any other exception
+        answers -32603, and a peer cancel answers -32800. Methods with no handler
+        get -32601. Returns a :class:`Registration` that removes the handler.
+
+        Raises :class:`ValueError` for ``session/request_permission`` (use
+        :meth:`permission_handler`) or a method that already has a handler.
+        """
+        if method == PERMISSION_METHOD:
+            raise ValueError("permission requests are routed per session: use permission_handler()")
+        if method in self._request_handlers:
+            raise ValueError(f"a handler for {method!r} is already registered")
+        self._request_handlers[method] = handler
+
+        def undo() -> None:
+            if self._request_handlers.get(method) is handler:
+                del self._request_handlers[method]
+
+        return Registration(undo)
+
+    def on_notification(self, method: str, callback: NotificationCallback) -> Registration:
+        """Call ``callback(notification)`` for every inbound notification of ``method``.
+
+        Callbacks run synchronously in the reader, in arrival order: they must
+        not block (hand work to a memory channel if it must wait). An exception
+        in a callback is logged and does not disturb the connection. Returns a
+        :class:`Registration` that removes the callback.
+        """
+        return self._add_callback(self._notification_callbacks, method, callback)
+
+    def on_session_notification(
+        self, session_id: str, callback: NotificationCallback
+    ) -> Registration:
+        """Call ``callback(notification)`` for every notification of one session.
+
+        Notifications that arrived for ``session_id`` while it had no session
+        callback (e.g. updates sent before the ``session/new`` response) are held
+        (up to 4096 across sessions) and delivered first, in order, so nothing
+        sent for a new session is lost. Returns a :class:`Registration`.
+        """
+        held = [n for n in self._backlog if n.session_id == session_id]
+        if held:
+            kept = [n for n in self._backlog if n.session_id != session_id]
+            self._backlog.clear()
+            self._backlog.extend(kept)
+        registration = self._add_callback(self._session_callbacks, session_id, callback)
+        for notification in held:
+            self._call(callback, notification)
+        return registration
+
+    # ------------------------------------------------------------- registrations
+
+    @staticmethod
+    def _add_callback(
+        table: dict[str, list[NotificationCallback]], key: str, callback: NotificationCallback
+    ) -> Registration:
+        table.setdefault(key, []).append(callback)
+
+        def undo() -> None:
+            callbacks = table.get(key, [])
+            if callback in callbacks:
+                callbacks.remove(callback)
+            if not callbacks:
+                table.pop(key, None)
+
+        return Registration(undo)
+
+    @staticmethod
+    def _call(callback: NotificationCallback, notification: InboundNotification) -> None:
+        try:
+            callback(notification)
+        except Exception:
+            log.exception("notification callback for %s failed", notification.method)
+
+    # ------------------------------------------------------------------- writing
+
+    def _check_open(self) -> None:
+        if self._closed is not None:
+            raise ConnectionClosed(self._closed)
+
+    def _queue(self, body: bytes) -> None:
+        if self._write_failed:
+            return  # a dead transport is the only reason an answer is dropped
+        self._outbuf += self._encode_frame(body)
+        self._writer_lot.unpark_all()
+
+    async def _writer_loop(self) -> None:
+        while True:
+            if not self._outbuf:
+                self._flushed_lot.unpark_all()
+                await self._writer_lot.park()
+                continue
+            data, self._outbuf = self._outbuf, bytearray()
+            self._writing = True
+            try:
+                await self._stream.send_all(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                self._write_failed = True
+                self._outbuf.clear()
+                self._flushed_lot.unpark_all()
+                self._connection_lost(f"write failed: {exc or type(exc).__name__}")
+                return
+            finally:
+                self._writing = False
+
+    async def _wait_flushed(self) -> None:
+        while (self._outbuf or self._writing) and not self._write_failed:
+            await self._flushed_lot.park()
+
+    # ------------------------------------------------------------------- reading
+
+    async def _reader_loop(self) -> None:
+        framer = self._framer
+        try:
+            while True:
+                data = await self._stream.receive_some(_RECEIVE_SIZE)
+                if not data:
+                    if framer.buffered:
+                        log.warning("peer closed mid-frame (%d bytes dropped)", framer.buffered)
+                    self._connection_lost("the peer closed the connection")
+                    return
+                framer.receive_data(data)
+                while True:
+                    try:
+                        frame = framer.next_frame()
+                    except RemoteProtocolError as exc:
+                        if exc.recoverable:
+                            log.warning("skipped a frame: %s", exc)
+                            continue
+                        self._connection_lost(f"protocol error: {exc}")
+                        return
+                    if frame is None:
+                        break
+                    self._dispatch(frame)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            self._connection_lost(f"read failed: {exc or type(exc).__name__}")
+        except Exception as exc:
+            # Never blow up the caller's nursery: a failed reader is a closed connection.
+            log.exception("reader failed")
+            self._connection_lost(f"internal error in the reader: {exc!r}")
+
+    def _dispatch(self, frame: bytes) -> None:
+        message = parse_message(frame)
+        try:
+            if isinstance(message, Request):
+                self._on_request(message)
+            elif isinstance(message, Notification):
+                self._on_notification(message)
+            elif isinstance(message, Response):
+                self._settle(message.id, message.result, None)
+            elif isinstance(message, ErrorResponse):
+                self._on_error_response(message)
+            else:
+                self._on_invalid(message)
+        except Exception:
+            # A bug of ours must not take the connection down with it.
+            log.exception("internal error while dispatching a message")
+            if isinstance(message, Request) and message.id not in self._inbound:
+                self._queue(encode_error(message.id, ErrorCode.INTERNAL_ERROR, "internal error"))
+
+    def _on_invalid(self, message: InvalidMessage) -> None:
+        log.warning("invalid message from peer: %s", message.reason)
+        if message.reply:
+            self._queue(encode_error(message.id, message.code, message.reason))
+
+    def _settle(
+        self, request_id: RequestId, result: msgspec.Raw | None, error: Exception | None
+    ) -> None:
+        slot = self._outbound.pop(request_id, None)
+        if slot is None:
+            if isinstance(request_id, int) and 0 <= request_id < self._next_id:
+                log.debug("dropped a late response for settled request %r", request_id)
+            else:
+                log.warning("dropped a response for request %r, which was never sent", request_id)
+            return
+        slot.result = result
+        slot.error = error
+        slot.done.set()
+
+    def _on_error_response(self, message: ErrorResponse) -> None:
+        error = message.error
+        if message.id is None:
+            log.warning(
+                "peer reported an error about no request: [%s] %s", error.code, error.message
+            )
+            return
+        self._settle(message.id, None, RequestError(error.code, error.message, error.data))
+
+    def _on_notification(self, message: Notification) -> None:
+        method = message.method
+        if method in _CANCEL_METHODS:
+            self._on_peer_cancel(message.params)
+            return
+        if method == "session/update":
+            self.tool_calls.apply_notification(message.params)
+        callbacks = self._notification_callbacks.get(method)
+        session_id = self._session_id_of(message.params)
+        session_callbacks = self._session_callbacks.get(session_id) if session_id else None
+        if not callbacks and not session_callbacks and session_id is None:
+            return
+        try:
+            params = _any_decoder.decode(message.params) if message.params else None
+        except msgspec.DecodeError:
+            params = None
+        notification = InboundNotification(method, params, session_id)
+        for callback in callbacks or ():
+            self._call(callback, notification)
+        if session_callbacks:
+            for callback in list(session_callbacks):
+                self._call(callback, notification)
+        elif session_id is not None:
+            self._backlog.append(notification)
+
+    @staticmethod
+    def _session_id_of(params: msgspec.Raw) -> str | None:
+        if not params:
+            return None
+        try:
+            value = _session_scoped_decoder.decode(params).session_id
+        except msgspec.DecodeError:
+            return None
+        return value if isinstance(value, str) and value else None
+
+    def _on_peer_cancel(self, params: msgspec.Raw) -> None:
+        try:
+            target = cancel_params_decoder.decode(params).target
+        except msgspec.DecodeError as exc:
+            log.warning("ignored a malformed cancel notification: %s", exc)
+            return
+        state = self._inbound.get(target)
+        if state is None:
+            log.debug("cancel for request %r, which is not pending: nothing to do", target)
+            return
+        self._cancel_inbound(state, "peer")
+
+    # ---------------------------------------------------------- inbound requests
+
+    def _on_request(self, message: Request) -> None:
+        if message.id in self._inbound:
+            log.warning("peer reused id %r of a pending request; refusing the new one", message.id)
+            self._queue(
+                encode_error(
+                    message.id, ErrorCode.INVALID_REQUEST, "id of a pending request reused"
+                )
+            )
+            return
+        if message.method == PERMISSION_METHOD:
+            self._on_permission_request(message)
+            return
+        handler = self._request_handlers.get(message.method)
+        if handler is None:
+            self._queue(
+                encode_error(
+                    message.id, ErrorCode.METHOD_NOT_FOUND, f"method not found: {message.method}"
+                )
+            )
+            return
+        try:
+            params = _any_decoder.decode(message.params) if message.params else None
+        except msgspec.DecodeError as exc:
+            self._queue(
+                encode_error(message.id, ErrorCode.INVALID_PARAMS, f"invalid params: {exc}")
+            )
+            return
+        state = _Inbound(message.id, None)
+        self._inbound[message.id] = state
+        self._nursery.start_soon(self._run_request, state, handler, params)
+
+    def _emit(self, event: str, **fields: Any) -> None:
+        if self._telemetry is not None:
+            self._telemetry.emit(event, **fields)
+
+    def _on_permission_request(self, message: Request) -> None:
+        request_id = message.id
+        self._emit("server_request.start", request_id=request_id, method=PERMISSION_METHOD)
+        try:
+            request = permission_request_decoder.decode(message.params)
+        except msgspec.DecodeError as exc:
+            log.warning("malformed permission request %r answered cancelled: %s", request_id, exc)
+            self._emit(
+                "approval.malformed",
+                request_id=request_id,
+                session_id=self._session_id_of(message.params),
+                reason=str(exc),
+            )
+            self._queue(encode_result(request_id, _PERMISSION_CANCELLED))
+            return
+        session_id = request.session_id
+        stack = self._permission_handlers.get(session_id)
+        if not stack:
+            log.warning(
+                "no handler for session %r: permission %r answered cancelled",
+                session_id,
+                request_id,
+            )
+            self._emit("approval.unrouted", request_id=request_id, session_id=session_id)
+            self._queue(encode_result(request_id, _PERMISSION_CANCELLED))
+            return
+        entry = stack[-1]
+        state = _Inbound(request_id, session_id)
+        state.is_permission = True
+        state.entry = entry
+        state.tool_call_id = request.tool_call.tool_call_id
+        self._inbound[request_id] = state
+        entry.pending.add(state)
+        self.tool_calls.begin_approval(session_id, request.tool_call)
+        self._emit(
+            "approval.requested",
+            request_id=request_id,
+            session_id=session_id,
+            tool_call_id=state.tool_call_id,
+            options=list(request.option_ids),
+        )
+        self._nursery.start_soon(self._run_permission, state, request, entry.handler)
+
+    async def _run_permission(
+        self, state: _Inbound, request: PermissionRequest, handler: PermissionHandler
+    ) -> None:
+        decision: Decision = _CANCELLED
+        try:
+            with state.scope:
+                answer = await handler(request)
+                decision = _checked_decision(answer, request)
+        except Exception:
+            log.exception(
+                "permission handler for session %r failed; answered cancelled", state.session_id
+            )
+        finally:
+            # Runs on every path, including our own cancellation: exactly one answer.
+            if not state.answered:
+                self._answer_permission(state, decision)
+
+    def _answer_permission(self, state: _Inbound, decision: Decision) -> None:
+        if not self._retire(state):
+            return
+        self._queue(encode_result(state.id, PermissionResponse(decision)))
+        latency_ms = round((time.monotonic() - state.started) * 1000, 3)
+        self._emit(
+            "approval.responded",
+            request_id=state.id,
+            session_id=state.session_id,
+            outcome="selected" if isinstance(decision, Selected) else "cancelled",
+            option_id=decision.option_id if isinstance(decision, Selected) else None,
+            latency_ms=latency_ms,
+        )
+
+    def _retire(self, state: _Inbound) -> bool:
+        """Mark ``state`` answered; False if it already was (exactly one response)."""
+        if state.answered:
+            return False
+        state.answered = True
+        self._inbound.pop(state.id, None)
+        if state.entry is not None:
+            state.entry.pending.discard(state)
+            assert state.session_id is not None and state.tool_call_id is not None
+            self.tool_calls.end_approval(state.session_id, state.tool_call_id)
+        return True
+
+    def _cancel_inbound(self, state: _Inbound, by: str) -> None:
+        """Cancel a pending inbound request's scope and answer it now, without waiting."""
+        if not self._retire(state):
+            return
+        state.scope.cancel()
+        if not state.is_permission:
+            self._queue(
+                encode_error(state.id, ErrorCode.REQUEST_CANCELLED, f"request cancelled ({by})")
+            )
+            return
+        self._queue(encode_result(state.id, _PERMISSION_CANCELLED))
+        self._emit(
+            "approval.cancelled",
+            request_id=state.id,
+            session_id=state.session_id,
+            by=by,
+            latency_ms=round((time.monotonic() - state.started) * 1000, 3),
+        )
+
+    async def _run_request(self, state: _Inbound, handler: RequestHandler, params: Any) -> None:
+        try:
+            with state.scope:
+                result = await handler(params)
+                if self._retire(state):
+                    try:
+                        body = encode_result(state.id, result)
+                    except LocalProtocolError as exc:
+                        log.error("handler result for %r is not encodable: %s", state.id, exc)
+                        body = encode_error(
+                            state.id, ErrorCode.INTERNAL_ERROR, "result not encodable"
+                        )
+                    self._queue(body)
+        except RequestError as exc:
+            if self._retire(state):
+                self._queue(_encode_request_error(state.id, exc))
+        except Exception:
+            log.exception("request handler failed")
+            if self._retire(state):
+                self._queue(encode_error(state.id, ErrorCode.INTERNAL_ERROR, "internal error"))
+        finally:
+            if self._retire(state):
+                self._queue(
+                    encode_error(state.id, ErrorCode.REQUEST_CANCELLED, "request cancelled")
+                )
+
+    # --------------------------------------------------------- outbound cancels
+
+    def _abandon(self, request_id: RequestId, slot: _Outbound) -> None:
+        """Our caller gave up on a request: tell the peer, and end a cancelled turn."""
+        if self._closed is not None:
+            return
+        try:
+            self._queue(
+                encode_notification(
+                    self._dialect.cancel_method, {self._dialect.cancel_key: request_id}
+                )
+            )
+        except LocalProtocolError:  # pragma: no cover - ids are always encodable
+            log.exception("could not encode a cancel notification")
+        if slot.method in self._dialect.turn_requests:
+            session_id = _session_of(slot.params)
+            if session_id is not None:
+                self.cancel_permissions(session_id)
+
+    # ------------------------------------------------------------------ teardown
+
+    def _connection_lost(self, reason: str) -> None:
+        """Fail every pending call and cancel every handler; idempotent."""
+        if self._closed is not None:
+            return
+        self._closed = reason
+        log.info("connection closed: %s", reason)
+        outbound, self._outbound = self._outbound, {}
+        for slot in outbound.values():
+            slot.error = ConnectionClosed(reason)
+            slot.done.set()
+        for state in list(self._inbound.values()):
+            self._cancel_inbound(state, "teardown")
+
+
+def _checked_decision(answer: object, request: PermissionRequest) -> Decision:
+    """Accept ``Selected`` of an offered option or ``Cancelled``; anything else is ``Cancelled``."""
+    if isinstance(answer, Selected):
+        if answer.option_id in request.option_ids:
+            return answer
+        log.warning(
+            "handler chose option %r, which was not offered (%s); answered cancelled",
+            answer.option_id,
+            ", ".join(request.option_ids),
+        )
+        return _CANCELLED
+    if not isinstance(answer, Cancelled):
+        log.warning("handler returned %r, not a Selected or Cancelled; answered cancelled", answer)
+        return _CANCELLED
+    return answer
+
+
+def _encode_request_error(request_id: RequestId | None, exc: RequestError) -> bytes:
+    try:
+        return encode_error(request_id, exc.code, exc.message, exc.data)
+    except LocalProtocolError:
+        return encode_error(request_id, exc.code, exc.message)
+
+
+@asynccontextmanager
+async def open_client(
+    stream: trio.abc.Stream,
+    *,
+    dialect: DialectName = "bridge",
+    telemetry: Telemetry | None = None,
+    max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+) -> AsyncIterator[Client]:
+    """Open a :class:`Client` over any ``trio.abc.Stream``.
+
+    ``dialect`` is ``"bridge"`` (Content-Length framing, ``$/cancelRequest``) or
+    ``"acp"`` (newline-delimited, ``$/cancel_request``). Leaving the context
+    answers every pending inbound request ``cancelled``, fails pending requests
+    with :class:`ConnectionClosed`, flushes queued answers (up to 2 s, shielded)
+    and closes the stream.
+
+    Raises :class:`ValueError` for an unknown dialect.
+    """
+    spec = _DIALECTS.get(dialect)
+    if spec is None:
+        raise ValueError(f"unknown dialect {dialect!r}: expected 'bridge' or 'acp'")
+    # The body runs inside our nursery, but its own exception is re-raised
+    # outside it, so callers never have to unwrap an ExceptionGroup.
+    body_error: BaseException | None = None
+    async with trio.open_nursery() as nursery:
+        client = Client(stream, spec, nursery, telemetry=telemetry, max_frame_size=max_frame_size)
+        nursery.start_soon(client._reader_loop)
+        nursery.start_soon(client._writer_loop)
+        try:
+            yield client
+        except BaseException as exc:
+            body_error = exc
+        finally:
+            client._connection_lost("the client was closed")
+            with trio.move_on_after(_FLUSH_GRACE_S, shield=True):
+                await client._wait_flushed()
+            nursery.cancel_scope.cancel()
+            with trio.CancelScope(shield=True):
+                await stream.aclose()
+    if body_error is not None:
+        raise body_error

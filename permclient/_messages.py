@@ -1,0 +1,219 @@
+"""JSON-RPC 2.0 messages: classification by shape and encoding (sans-I/O, no trio)."""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, Final
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+from ._errors import LocalProtocolError
+
+RequestId = int | str
+"""A JSON-RPC request id. ``0`` is a real id: every official ACP library starts there."""
+
+
+class ErrorCode(enum.IntEnum):
+    """The JSON-RPC error codes permclient sends and understands."""
+
+    PARSE_ERROR = -32700
+    INVALID_REQUEST = -32600
+    METHOD_NOT_FOUND = -32601
+    INVALID_PARAMS = -32602
+    INTERNAL_ERROR = -32603
+    REQUEST_CANCELLED = -32800
+
+
+class ErrorObject(msgspec.Struct, omit_defaults=True):
+    """The ``error`` member of an error response."""
+
+    code: int
+    message: str
+    data: Any = None
+
+
+# One struct for every inbound message; ``params``/``result``/``error`` stay raw so
+# they are decoded once, straight into the type their method or caller expects.
+class _Envelope(msgspec.Struct):
+    jsonrpc: str | UnsetType = UNSET
+    id: RequestId | UnsetType | None = UNSET
+    method: str | UnsetType = UNSET
+    params: msgspec.Raw = msgspec.Raw()
+    result: msgspec.Raw = msgspec.Raw()
+    error: msgspec.Raw = msgspec.Raw()
+
+
+class Request(msgspec.Struct, gc=False):
+    """An inbound request: it must get exactly one response."""
+
+    id: RequestId | None
+    method: str
+    params: msgspec.Raw
+
+
+class Notification(msgspec.Struct, gc=False):
+    """An inbound notification: it gets no response."""
+
+    method: str
+    params: msgspec.Raw
+
+
+class Response(msgspec.Struct, gc=False):
+    """A successful response to one of our requests."""
+
+    id: RequestId
+    result: msgspec.Raw
+
+
+class ErrorResponse(msgspec.Struct, gc=False):
+    """An error response; ``id`` is ``None`` when the peer could not tell which request failed."""
+
+    id: RequestId | None
+    error: ErrorObject
+
+
+class InvalidMessage(msgspec.Struct, gc=False):
+    """A frame that is not a valid JSON-RPC message.
+
+    ``reply`` is true when JSON-RPC asks for an error response (``code``, with
+    ``id`` when it could be recovered): never for something that looked like a
+    response, so two peers cannot bounce errors at each other forever.
+    """
+
+    code: ErrorCode
+    reason: str
+    id: RequestId | None = None
+    reply: bool = True
+
+
+Message = Request | Notification | Response | ErrorResponse | InvalidMessage
+
+_envelope_decoder: Final = msgspec.json.Decoder(_Envelope)
+_any_decoder: Final = msgspec.json.Decoder()
+_error_decoder: Final = msgspec.json.Decoder(ErrorObject)
+_encoder: Final = msgspec.json.Encoder()
+
+
+def parse_message(frame: bytes) -> Message:
+    """Classify one frame by shape; never raises.
+
+    Returns a :class:`Request`, :class:`Notification`, :class:`Response`,
+    :class:`ErrorResponse` or, for anything else, an :class:`InvalidMessage`
+    (invalid JSON: ``PARSE_ERROR``; a non-object, a batch array or a malformed
+    object: ``INVALID_REQUEST``).
+    """
+    try:
+        env = _envelope_decoder.decode(frame)
+    except msgspec.ValidationError as exc:
+        return _invalid_shape(frame, str(exc))
+    except msgspec.DecodeError as exc:
+        return InvalidMessage(ErrorCode.PARSE_ERROR, f"invalid JSON: {exc}")
+    if env.jsonrpc != "2.0":
+        return InvalidMessage(
+            ErrorCode.INVALID_REQUEST,
+            'missing or wrong "jsonrpc" member (must be "2.0")',
+            None if env.id is UNSET else env.id,
+            reply=env.method is not UNSET,
+        )
+    if env.method is not UNSET:
+        if env.result or env.error:
+            return InvalidMessage(
+                ErrorCode.INVALID_REQUEST,
+                "a message cannot carry both a method and a result or error",
+                None if env.id is UNSET else env.id,
+            )
+        if env.id is UNSET:
+            return Notification(env.method, env.params)
+        return Request(env.id, env.method, env.params)
+    if env.id is UNSET:
+        return InvalidMessage(ErrorCode.INVALID_REQUEST, "message has no method and no id")
+    if env.result and not env.error:
+        if env.id is None:
+            return InvalidMessage(
+                ErrorCode.INVALID_REQUEST, "a result cannot answer id null", reply=False
+            )
+        return Response(env.id, env.result)
+    if env.error and not env.result:
+        try:
+            error = _error_decoder.decode(env.error)
+        except msgspec.DecodeError as exc:
+            error = ErrorObject(ErrorCode.INTERNAL_ERROR, f"malformed error object: {exc}")
+        return ErrorResponse(env.id, error)
+    return InvalidMessage(
+        ErrorCode.INVALID_REQUEST,
+        "a response must carry exactly one of result and error",
+        env.id,
+        reply=False,
+    )
+
+
+def _invalid_shape(frame: bytes, reason: str) -> InvalidMessage:
+    # Valid JSON but the wrong shape: recover the id, when there is one, so the
+    # error response can name the request it answers.
+    value = _any_decoder.decode(frame)
+    if isinstance(value, list):
+        return InvalidMessage(ErrorCode.INVALID_REQUEST, "batch requests are not supported")
+    if not isinstance(value, dict):
+        return InvalidMessage(
+            ErrorCode.INVALID_REQUEST, f"a message must be an object, got {type(value).__name__}"
+        )
+    raw_id = value.get("id")
+    msg_id = raw_id if isinstance(raw_id, int | str) and not isinstance(raw_id, bool) else None
+    return InvalidMessage(
+        ErrorCode.INVALID_REQUEST, f"malformed message: {reason}", msg_id, reply="method" in value
+    )
+
+
+class _OutRequest(msgspec.Struct, kw_only=True):
+    jsonrpc: str = "2.0"
+    id: RequestId
+    method: str
+    params: Any
+
+
+class _OutNotification(msgspec.Struct, kw_only=True):
+    jsonrpc: str = "2.0"
+    method: str
+    params: Any
+
+
+class _OutResult(msgspec.Struct, kw_only=True):
+    jsonrpc: str = "2.0"
+    id: RequestId | None
+    result: Any
+
+
+class _OutError(msgspec.Struct, kw_only=True):
+    jsonrpc: str = "2.0"
+    id: RequestId | None
+    error: ErrorObject
+
+
+def _encode(message: msgspec.Struct) -> bytes:
+    try:
+        return _encoder.encode(message)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise LocalProtocolError(f"cannot encode message as JSON: {exc}") from exc
+
+
+def encode_request(request_id: RequestId, method: str, params: Any) -> bytes:
+    """Encode a request; raises :class:`LocalProtocolError` if ``params`` is not JSON-encodable."""
+    return _encode(
+        _OutRequest(id=request_id, method=method, params={} if params is None else params)
+    )
+
+
+def encode_notification(method: str, params: Any) -> bytes:
+    """Encode a notification; raises :class:`LocalProtocolError` if ``params`` is not encodable."""
+    return _encode(_OutNotification(method=method, params={} if params is None else params))
+
+
+def encode_result(request_id: RequestId | None, result: Any) -> bytes:
+    """Encode a success response; raises :class:`LocalProtocolError` if ``result`` can't be."""
+    return _encode(_OutResult(id=request_id, result=result))
+
+
+def encode_error(request_id: RequestId | None, code: int, message: str, data: Any = None) -> bytes:
+    """Encode an error response; raises :class:`LocalProtocolError` if ``data`` is not encodable."""
+    return _encode(_OutError(id=request_id, error=ErrorObject(code, message, data)))

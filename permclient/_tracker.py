@@ -1,0 +1,197 @@
+"""Fold ``session/update`` tool-call events into one state per tool call (invariant 9).
+
+Status only moves forward: ``pending`` < ``in_progress`` < ``completed`` | ``failed``,
+and the last two are final. A late or reordered event can add detail but never
+rewinds what the user was shown. While a permission request for a tool call is
+pending, the call is marked ``awaiting_approval`` so a UI shows the card, not a
+racing status line.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Final
+
+import msgspec
+
+from ._wire import ToolCallContent, ToolCallLocation, ToolCallUpdate
+
+log = logging.getLogger("permclient")
+
+_STATUS_RANK: Final = {"pending": 0, "in_progress": 1, "completed": 2, "failed": 2}
+_FINAL_RANK: Final = 2
+
+
+class ToolCallState:
+    """What is known of one tool call of one session, folded from its events."""
+
+    __slots__ = (
+        "_approvals",
+        "content",
+        "kind",
+        "locations",
+        "raw_input",
+        "raw_output",
+        "session_id",
+        "status",
+        "title",
+        "tool_call_id",
+    )
+
+    def __init__(self, session_id: str, tool_call_id: str) -> None:
+        self.session_id = session_id
+        self.tool_call_id = tool_call_id
+        self.title: str | None = None
+        self.kind: str | None = None
+        self.status: str = "pending"
+        self.content: list[ToolCallContent] | None = None
+        self.locations: list[ToolCallLocation] | None = None
+        self.raw_input: Any = None
+        self.raw_output: Any = None
+        self._approvals = 0
+
+    @property
+    def awaiting_approval(self) -> bool:
+        """True while at least one permission request for this tool call is pending."""
+        return self._approvals > 0
+
+    @property
+    def is_final(self) -> bool:
+        """True once the call completed or failed; its status will not change again."""
+        return _STATUS_RANK[self.status] == _FINAL_RANK
+
+    def __repr__(self) -> str:
+        return (
+            f"ToolCallState({self.session_id!r}, {self.tool_call_id!r}, status={self.status!r}, "
+            f"title={self.title!r}, awaiting_approval={self.awaiting_approval})"
+        )
+
+
+# Lenient view of a session/update notification: only tool-call updates matter
+# here, and an unknown variant or field must never become an error.
+class _UpdateHead(msgspec.Struct, rename="camel"):
+    session_update: str
+    tool_call_id: str | None = None
+    title: str | None = None
+    kind: str | None = None
+    status: str | None = None
+    content: msgspec.Raw = msgspec.Raw()
+    locations: msgspec.Raw = msgspec.Raw()
+    raw_input: Any = None
+    raw_output: Any = None
+
+
+class _SessionUpdate(msgspec.Struct, rename="camel"):
+    session_id: str
+    update: _UpdateHead
+
+
+_update_decoder: Final = msgspec.json.Decoder(_SessionUpdate)
+_content_decoder: Final = msgspec.json.Decoder(list[ToolCallContent] | None)
+_locations_decoder: Final = msgspec.json.Decoder(list[ToolCallLocation] | None)
+_TOOL_CALL_UPDATES: Final = frozenset({"tool_call", "tool_call_update"})
+
+
+class ToolCallTracker:
+    """Per (session, toolCallId) state of every tool call the client has heard of.
+
+    A :class:`~permclient.Client` keeps one as ``client.tool_calls`` and feeds it
+    every ``session/update`` and every permission request; hosts read it.
+    """
+
+    def __init__(self) -> None:
+        self._calls: dict[str, dict[str, ToolCallState]] = {}
+
+    def get(self, session_id: str, tool_call_id: str) -> ToolCallState | None:
+        """Return the state of one tool call, or ``None`` if it was never seen."""
+        return self._calls.get(session_id, {}).get(tool_call_id)
+
+    def session(self, session_id: str) -> list[ToolCallState]:
+        """Return the tool calls of one session, in the order they were first seen."""
+        return list(self._calls.get(session_id, {}).values())
+
+    def forget_session(self, session_id: str) -> None:
+        """Drop what is known of a session (e.g. when the host closes it)."""
+        self._calls.pop(session_id, None)
+
+    def apply_notification(self, params: bytes) -> ToolCallState | None:
+        """Fold the raw params of a ``session/update`` notification.
+
+        Returns the tool call's new state, or ``None`` when the update is not
+        about a tool call or cannot be read (never raises).
+        """
+        try:
+            note = _update_decoder.decode(params)
+        except msgspec.DecodeError as exc:
+            log.debug("tracker: ignoring unreadable session/update: %s", exc)
+            return None
+        head = note.update
+        if head.session_update not in _TOOL_CALL_UPDATES or not head.tool_call_id:
+            return None
+        state = self._state(note.session_id, head.tool_call_id)
+        self._merge(state, head.title, head.kind, head.status, head.raw_input, head.raw_output)
+        if head.content:
+            try:
+                state.content = _content_decoder.decode(head.content)
+            except msgspec.DecodeError as exc:
+                log.debug("tracker: ignoring unreadable tool call content: %s", exc)
+        if head.locations:
+            try:
+                state.locations = _locations_decoder.decode(head.locations)
+            except msgspec.DecodeError as exc:
+                log.debug("tracker: ignoring unreadable tool call locations: %s", exc)
+        return state
+
+    def apply_update(self, session_id: str, update: ToolCallUpdate) -> ToolCallState:
+        """Fold a typed tool call update (e.g. the one inside a permission request)."""
+        state = self._state(session_id, update.tool_call_id)
+        self._merge(
+            state, update.title, update.kind, update.status, update.raw_input, update.raw_output
+        )
+        if update.content is not None:
+            state.content = update.content
+        if update.locations is not None:
+            state.locations = update.locations
+        return state
+
+    def begin_approval(self, session_id: str, update: ToolCallUpdate) -> ToolCallState:
+        """Fold the request's tool call and mark it awaiting approval."""
+        state = self.apply_update(session_id, update)
+        state._approvals += 1
+        return state
+
+    def end_approval(self, session_id: str, tool_call_id: str) -> None:
+        """Mark one permission request for the tool call as answered."""
+        state = self.get(session_id, tool_call_id)
+        if state is not None and state._approvals > 0:
+            state._approvals -= 1
+
+    def _state(self, session_id: str, tool_call_id: str) -> ToolCallState:
+        calls = self._calls.setdefault(session_id, {})
+        state = calls.get(tool_call_id)
+        if state is None:
+            state = calls[tool_call_id] = ToolCallState(session_id, tool_call_id)
+        return state
+
+    @staticmethod
+    def _merge(
+        state: ToolCallState,
+        title: str | None,
+        kind: str | None,
+        status: str | None,
+        raw_input: Any,
+        raw_output: Any,
+    ) -> None:
+        if title is not None:
+            state.title = title
+        if kind is not None:
+            state.kind = kind
+        if raw_input is not None:
+            state.raw_input = raw_input
+        if raw_output is not None:
+            state.raw_output = raw_output
+        rank = _STATUS_RANK.get(status) if status is not None else None
+        current = _STATUS_RANK[state.status]
+        # Forward only; final is final; an unknown status is ignored.
+        if rank is not None and rank > current:
+            state.status = status  # type: ignore[assignment]

@@ -1,0 +1,374 @@
+"""Typed wire shapes of the permission exchange (ACP v1 schema, shared by both dialects).
+
+One :class:`msgspec.Struct` per wire shape: ``rename="camel"`` maps ``snake_case``
+attributes to the protocol's ``camelCase`` keys, ``omit_defaults=True`` keeps encoded
+messages minimal, ``_meta`` is kept as :attr:`meta`, and unknown keys are ignored so a
+newer peer can add fields. Unions that the schema discriminates by a key are msgspec
+tagged unions (``type`` for content, ``outcome`` for the decision).
+
+Decoding is the first line of invariant 2 (*fail closed*): a
+``session/request_permission`` whose params are missing or malformed never decodes into
+a :class:`PermissionRequest` -- :data:`permission_request_decoder` raises
+:class:`msgspec.ValidationError` and the caller answers ``cancelled``.
+
+The codec instances at the bottom of the module are meant to be reused; never build
+a ``Decoder``/``Encoder`` per message.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, TypeAlias
+
+import msgspec
+
+__all__ = [
+    "Annotations",
+    "AudioContent",
+    "CancelRequestParams",
+    "Cancelled",
+    "Content",
+    "ContentBlock",
+    "Decision",
+    "Diff",
+    "EmbeddedResource",
+    "ImageContent",
+    "PermissionOption",
+    "PermissionOptionKind",
+    "PermissionRequest",
+    "PermissionResponse",
+    "ResourceLink",
+    "Role",
+    "Selected",
+    "Terminal",
+    "TextContent",
+    "ToolCallContent",
+    "ToolCallLocation",
+    "ToolCallStatus",
+    "ToolCallUpdate",
+    "ToolKind",
+    "cancel_params_decoder",
+    "decision_decoder",
+    "encoder",
+    "permission_request_decoder",
+    "permission_response_decoder",
+]
+
+# --------------------------------------------------------------------------- enums
+
+PermissionOptionKind: TypeAlias = Literal[
+    "allow_once", "allow_always", "reject_once", "reject_always"
+]
+"""What choosing a :class:`PermissionOption` means; a hint for icons and UI treatment."""
+
+ToolKind: TypeAlias = Literal[
+    "read",
+    "edit",
+    "delete",
+    "move",
+    "search",
+    "execute",
+    "think",
+    "fetch",
+    "switch_mode",
+    "other",
+]
+"""Category of a tool call (ACP ``ToolKind``; ``switch_mode`` is in the v1 schema)."""
+
+ToolCallStatus: TypeAlias = Literal["pending", "in_progress", "completed", "failed"]
+"""Execution status of a tool call: ``pending`` < ``in_progress`` < ``completed`` | ``failed``."""
+
+Role: TypeAlias = Literal["assistant", "user"]
+"""The sender or recipient of content (used in :class:`Annotations`)."""
+
+_Meta: TypeAlias = dict[str, Any] | None
+_UInt32: TypeAlias = Annotated[int, msgspec.Meta(ge=0, le=2**32 - 1)]
+
+
+# ------------------------------------------------------------------------- options
+
+
+class PermissionOption(msgspec.Struct, rename="camel", omit_defaults=True):
+    """One choice offered to the user: ``{"optionId", "name", "kind"}``.
+
+    ``option_id`` is what a :class:`Selected` decision must name; ``name`` is the
+    human label; ``kind`` hints at the meaning (``allow_once`` ...). An unknown
+    ``kind`` fails decoding.
+    """
+
+    option_id: str
+    name: str
+    kind: PermissionOptionKind
+    meta: _Meta = msgspec.field(default=None, name="_meta")
+
+
+# -------------------------------------------------------------------- content blocks
+
+
+class Annotations(msgspec.Struct, rename="camel", omit_defaults=True):
+    """Optional display/routing hints attached to a content block."""
+
+    audience: list[Role] | None = None
+    last_modified: str | None = None
+    priority: float | None = None
+    meta: _Meta = msgspec.field(default=None, name="_meta")
+
+
+class _ContentBlockBase(msgspec.Struct, tag_field="type", rename="camel", omit_defaults=True):
+    """Base of the content-block variants (discriminated by ``type``)."""
+
+
+class TextContent(_ContentBlockBase, tag="text"):
+    """A text content block (``{"type": "text", "text": ...}``), to be rendered as Markdown."""
+
+    text: str
+    annotations: Annotations | None = None
+    meta: _Meta = msgspec.field(default=None, name="_meta")
+
+
+class ImageContent(_ContentBlockBase, tag="image"):
+    """An image content block: base64 ``data`` with its ``mime_type``, optional ``uri``."""
+
+    data: str
+    mime_type: str
+    uri: str | None = None
+    annotations: Annotations | None = None
+    meta: _Meta = msgspec.field(default=None, name="_meta")
+
+
+class AudioContent(_ContentBlockBase, tag="audio"):
+    """An audio content block: base64 ``data`` with its ``mime_type``."""
+
+    data: str
+    mime_type: str
+    annotations: Annotations | None = None
+    meta: _Meta = msgspec.field(default=None, name="_meta")
+
+
+class ResourceLink(_ContentBlockBase, tag="resource_link"):
+    """A link to a resource the agent can read (``name`` and ``uri`` are required)."""
+
+    name: str
+    uri: str
+    title: str | None = None
+    description: str | None = None
+    mime_type: str | None = None
+    size: int | None = None
+    annotations: Annotations | None = None
+    meta: _Meta = msgspec.field(default=None, name="_meta")
+
+
+class EmbeddedResource(_ContentBlockBase, tag="resource"):
+    """A resource embedded in full (``{"type": "resource", "resource": {...}}``).
+
+    ``resource`` stays a plain dict because the schema's text and blob variants are
+    untagged; decoding checks that it has a string ``uri`` and a string ``text`` or
+    ``blob`` and raises :class:`msgspec.ValidationError` otherwise.
+    """
+
+    resource: dict[str, Any]
+    annotations: Annotations | None = None
+    meta: _Meta = msgspec.field(default=None, name="_meta")
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.resource.get("uri"), str):
+            raise ValueError("embedded resource needs a string `uri`")
+        if not (
+            isinstance(self.resource.get("text"), str) or isinstance(self.resource.get("blob"), str)
+        ):
+            raise ValueError("embedded resource needs a string `text` or `blob`")
+
+
+ContentBlock: TypeAlias = (
+    TextContent | ImageContent | AudioContent | ResourceLink | EmbeddedResource
+)
+"""A displayable content block (ACP ``ContentBlock``), tagged by ``type``."""
+
+
+# ----------------------------------------------------------------- tool-call content
+
+
+class _ToolCallContentBase(msgspec.Struct, tag_field="type", rename="camel", omit_defaults=True):
+    """Base of the tool-call content variants (discriminated by ``type``)."""
+
+
+class Content(_ToolCallContentBase, tag="content"):
+    """Tool-call content wrapping a :data:`ContentBlock` (``{"type": "content", "content": …}``)."""
+
+    content: ContentBlock
+    meta: _Meta = msgspec.field(default=None, name="_meta")
+
+
+class Diff(_ToolCallContentBase, tag="diff"):
+    """A file modification: ``path`` (absolute), ``new_text``, and ``old_text``.
+
+    ``old_text`` is ``None`` for a new file (the wire sends ``"oldText": null`` or omits
+    it; both decode to ``None``, and ``None`` is omitted when encoding). Construct it with
+    keywords: the positional order is ``path, new_text, old_text``.
+    """
+
+    path: str
+    new_text: str
+    old_text: str | None = None
+    meta: _Meta = msgspec.field(default=None, name="_meta")
+
+
+class Terminal(_ToolCallContentBase, tag="terminal"):
+    """A terminal created with ``terminal/create``, embedded by its ``terminal_id``."""
+
+    terminal_id: str
+    meta: _Meta = msgspec.field(default=None, name="_meta")
+
+
+ToolCallContent: TypeAlias = Content | Diff | Terminal
+"""What a tool call shows or produced (ACP ``ToolCallContent``), tagged by ``type``."""
+
+
+class ToolCallLocation(msgspec.Struct, rename="camel", omit_defaults=True):
+    """A file the tool call reads or writes, with an optional ``line`` number (>= 0)."""
+
+    path: str
+    line: _UInt32 | None = None
+    meta: _Meta = msgspec.field(default=None, name="_meta")
+
+
+class ToolCallUpdate(msgspec.Struct, rename="camel", omit_defaults=True):
+    """A tool call as carried by a permission request (ACP ``ToolCallUpdate``).
+
+    Only ``tool_call_id`` is required; every other field is ``None`` when absent (or
+    ``null``). ``raw_input``/``raw_output`` are the tool's arguments/result as arbitrary
+    JSON. Decoding rejects an unknown ``kind``/``status`` or content ``type``.
+    """
+
+    tool_call_id: str
+    title: str | None = None
+    kind: ToolKind | None = None
+    status: ToolCallStatus | None = None
+    content: list[ToolCallContent] | None = None
+    locations: list[ToolCallLocation] | None = None
+    raw_input: Any = None
+    raw_output: Any = None
+    meta: _Meta = msgspec.field(default=None, name="_meta")
+
+
+# ------------------------------------------------------------------ the request
+
+
+class PermissionRequest(msgspec.Struct, rename="camel", omit_defaults=True):
+    """Params of ``session/request_permission``: which session, which tool call, which options.
+
+    Fails closed (invariant 2): besides the type checks (``sessionId``, ``toolCall`` and
+    ``options`` required; no ``null`` options or items; known option kinds), an empty
+    ``session_id``, an empty ``tool_call.tool_call_id``, an empty ``options`` list, an
+    empty ``option_id`` or a duplicate ``option_id`` raise :class:`ValueError` when
+    constructed directly and :class:`msgspec.ValidationError` when decoded.
+    """
+
+    session_id: str
+    tool_call: ToolCallUpdate
+    options: list[PermissionOption]
+    meta: _Meta = msgspec.field(default=None, name="_meta")
+
+    def __post_init__(self) -> None:
+        if not self.session_id:
+            raise ValueError("permission request with an empty `sessionId`")
+        if not self.tool_call.tool_call_id:
+            raise ValueError("permission request with an empty `toolCall.toolCallId`")
+        if not self.options:
+            raise ValueError("permission request offers no `options`")
+        seen: set[str] = set()
+        for option in self.options:
+            if not option.option_id:
+                raise ValueError("permission option with an empty `optionId`")
+            if option.option_id in seen:
+                raise ValueError(f"duplicate permission `optionId` {option.option_id!r}")
+            seen.add(option.option_id)
+
+    @property
+    def option_ids(self) -> frozenset[str]:
+        """The ids of the offered options; a :class:`Selected` must name one of them."""
+        return frozenset(option.option_id for option in self.options)
+
+    def option(self, option_id: str) -> PermissionOption | None:
+        """Return the offered option with id ``option_id``, or ``None`` if it was not offered."""
+        for option in self.options:
+            if option.option_id == option_id:
+                return option
+        return None
+
+
+# ---------------------------------------------------------------- the decision
+
+
+class _OutcomeBase(msgspec.Struct, tag_field="outcome", rename="camel", omit_defaults=True):
+    """Base of the permission outcomes (discriminated by ``outcome``)."""
+
+
+class Selected(_OutcomeBase, tag="selected"):
+    """The user picked the offered option ``option_id``.
+
+    Encodes to ``{"outcome": "selected", "optionId": …}``; ``Selected("allow")`` works.
+    """
+
+    option_id: str
+    meta: _Meta = msgspec.field(default=None, name="_meta")
+
+
+class Cancelled(_OutcomeBase, tag="cancelled"):
+    """No option was picked (turn cancelled, request withdrawn, or failed closed).
+
+    Encodes to ``{"outcome": "cancelled"}``.
+    """
+
+    meta: _Meta = msgspec.field(default=None, name="_meta")
+
+
+Decision: TypeAlias = Selected | Cancelled
+"""The outcome of a permission request (ACP ``RequestPermissionOutcome``)."""
+
+
+class PermissionResponse(msgspec.Struct, rename="camel", omit_defaults=True):
+    """Result of ``session/request_permission``: ``{"outcome": {"outcome": …}}``."""
+
+    outcome: Decision
+    meta: _Meta = msgspec.field(default=None, name="_meta")
+
+
+# --------------------------------------------------------------------- cancel
+
+
+class CancelRequestParams(msgspec.Struct, rename="camel", omit_defaults=True):
+    """Params of a request-cancel notification, in either dialect.
+
+    The bridge dialect sends ``$/cancelRequest {"id": …}``, ACP sends
+    ``$/cancel_request {"requestId": …}``; both keys are accepted. Use :attr:`target`.
+    """
+
+    id: int | str | None = None
+    request_id: int | str | None = None
+    meta: _Meta = msgspec.field(default=None, name="_meta")
+
+    @property
+    def target(self) -> int | str | None:
+        """The id of the request to cancel (``id`` wins over ``requestId``), or ``None``.
+
+        ``0`` is a real JSON-RPC id and is returned as such.
+        """
+        return self.id if self.id is not None else self.request_id
+
+
+# --------------------------------------------------------------------- codecs
+
+permission_request_decoder = msgspec.json.Decoder(PermissionRequest)
+"""Decodes ``session/request_permission`` params; raises :class:`msgspec.ValidationError`."""
+
+permission_response_decoder = msgspec.json.Decoder(PermissionResponse)
+"""Decodes a ``session/request_permission`` result."""
+
+decision_decoder: msgspec.json.Decoder[Decision] = msgspec.json.Decoder(Decision)
+"""Decodes a bare outcome object (``{"outcome": "selected", …}``)."""
+
+cancel_params_decoder = msgspec.json.Decoder(CancelRequestParams)
+"""Decodes ``$/cancelRequest`` / ``$/cancel_request`` params."""
+
+encoder = msgspec.json.Encoder()
+"""Encodes any of these Structs (or whole messages containing them) to JSON bytes."""

@@ -1,0 +1,85 @@
+"""A scripted JSON-RPC peer over the other end of a trio stream, for tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import trio
+
+from permclient import ContentLengthFramer, NewlineFramer
+
+
+class FakePeer:
+    """Plays the runtime: sends raw JSON-RPC messages and reads what the client wrote."""
+
+    def __init__(self, stream: trio.abc.Stream, dialect: str) -> None:
+        self.stream = stream
+        self.framer_type = ContentLengthFramer if dialect == "bridge" else NewlineFramer
+        self.framer = self.framer_type()
+        self.next_id = 0
+
+    async def send_raw(self, data: bytes) -> None:
+        await self.stream.send_all(data)
+
+    async def send(self, message: dict[str, Any]) -> None:
+        await self.stream.send_all(self.framer_type.encode(msgspec.json.encode(message)))
+
+    async def receive(self) -> dict[str, Any]:
+        """The next message the client wrote (fails the test if the client closed)."""
+        while True:
+            frame = self.framer.next_frame()
+            if frame is not None:
+                message: dict[str, Any] = msgspec.json.decode(frame)
+                return message
+            data = await self.stream.receive_some(65536)
+            assert data, "the client closed the stream"
+            self.framer.receive_data(data)
+
+    async def request(self, method: str, params: Any, request_id: Any = None) -> Any:
+        """Send a request; returns the id used."""
+        if request_id is None:
+            request_id = self.next_id
+            self.next_id += 1
+        await self.send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+        return request_id
+
+    async def notify(self, method: str, params: Any) -> None:
+        await self.send({"jsonrpc": "2.0", "method": method, "params": params})
+
+    async def ask_permission(
+        self,
+        session_id: str,
+        tool_call_id: str = "call-1",
+        options: Any = None,
+        request_id: Any = None,
+        **extra: Any,
+    ) -> Any:
+        """Send a well-formed session/request_permission; returns its id."""
+        params = {
+            "sessionId": session_id,
+            "toolCall": {
+                "toolCallId": tool_call_id,
+                "title": f"run {tool_call_id}",
+                "kind": "execute",
+                "status": "pending",
+                "rawInput": {"command": "python3"},
+            },
+            "options": options if options is not None else allow_deny(),
+            **extra,
+        }
+        return await self.request("session/request_permission", params, request_id)
+
+
+def allow_deny() -> list[dict[str, str]]:
+    return [
+        {"optionId": "allow", "name": "Allow", "kind": "allow_once"},
+        {"optionId": "deny", "name": "Deny", "kind": "reject_once"},
+    ]
+
+
+def selected(option_id: str) -> dict[str, Any]:
+    return {"outcome": {"outcome": "selected", "optionId": option_id}}
+
+
+CANCELLED = {"outcome": {"outcome": "cancelled"}}
