@@ -161,7 +161,14 @@ class ContentLengthFramer(_Buffer):
     is then discarded as it arrives, never stored.
     """
 
-    __slots__ = ("_body_len", "_dead", "_max_frame_size", "_max_header_size", "_skip")
+    __slots__ = (
+        "_body_len",
+        "_dead",
+        "_header_len",
+        "_max_frame_size",
+        "_max_header_size",
+        "_skip",
+    )
 
     def __init__(
         self,
@@ -176,6 +183,7 @@ class ContentLengthFramer(_Buffer):
         self._max_header_size = max_header_size
         super().__init__()
         self._body_len = -1  # length of the body being awaited; -1 while reading headers
+        self._header_len = 0  # size of the awaited body's (already parsed) header section
         self._skip = 0  # bytes of a rejected body still to discard
         self._dead: str | None = None  # set by a fatal error; the stream is out of sync
 
@@ -193,6 +201,18 @@ class ContentLengthFramer(_Buffer):
             chunk = memoryview(data)[self._skip :]
             self._skip = 0
         self._append(chunk)
+
+    @property
+    def buffered(self) -> int:
+        """Return the number of bytes held that are not yet part of a returned frame.
+
+        Includes the header of a body still being awaited; bytes of a rejected (skipped)
+        body are never held and so never counted.
+        """
+        held = len(self._buf) - self._pos
+        if self._body_len >= 0:
+            held += self._header_len
+        return held
 
     def next_frame(self) -> bytes | None:
         """Return the next complete body, or ``None`` if more data is needed.
@@ -238,6 +258,7 @@ class ContentLengthFramer(_Buffer):
                 problem = None
             else:
                 n, problem = self._parse_headers(pos, end)
+            self._header_len = end + 4 - pos
             pos = end + 4
             if n > self._max_frame_size and problem is None:
                 problem = f"peer sent a {n}-byte frame (limit {self._max_frame_size}); skipped it"

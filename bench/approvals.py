@@ -1,0 +1,337 @@
+"""Approvals per second and client CPU per approval, over a real OS pipe.
+
+Each configuration runs in a fresh interpreter (so one implementation's imports and
+heap never slow the other's garbage collector down) that spawns ``cheap_agent.py``
+as a separate process and drives it over its stdin/stdout pipes:
+
+* ``permclient`` with ``dialect="bridge"`` (Content-Length framing),
+* ``permclient`` with ``dialect="acp"`` (newline-delimited JSON),
+* the official ACP Python SDK (``acp.spawn_agent_process``, newline only).
+
+The client registers an ``async`` permission handler that allows everything (one
+registration per session for permclient, the ``request_permission`` method of an
+``acp.Client`` for the SDK) and sends ``bench/start {"count": N}``; the agent
+answers it only after N permission requests, W of them outstanding at a time, have
+all been answered ``selected allow``. ``time.perf_counter()`` and
+``time.process_time()`` (the client process's own CPU, all threads) are read right
+around that one request, so they cover exactly the burst. A warm-up burst runs
+first on the same connection; the measured burst is repeated and the medians are
+reported. The agent checks every answer (right id, ``selected``, ``allow``).
+
+Usage::
+
+    python bench/approvals.py            # N=20000, W=64, S=8, 3 repeats
+    python bench/approvals.py --quick    # a tiny smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+BENCH_DIR = Path(__file__).resolve().parent
+AGENT = BENCH_DIR / "cheap_agent.py"
+sys.path.insert(0, str(BENCH_DIR))
+
+from cheap_agent import session_name  # noqa: E402
+
+TARGET_RATIO = 2.5  # permclient approvals/s over the official SDK's, at least
+TARGET_CPU_US = 12.0  # client CPU per approval, at most
+
+# (key, implementation label, framing, permclient dialect or None for the SDK)
+CONFIGS: list[tuple[str, str, str, str | None]] = [
+    ("permclient-bridge", "permclient", "content-length", "bridge"),
+    ("permclient-acp", "permclient", "newline", "acp"),
+    ("official-acp", "official ACP SDK", "newline", None),
+]
+
+
+def agent_argv(framing: str, args: argparse.Namespace) -> list[str]:
+    return [
+        sys.executable,
+        str(AGENT),
+        "--framing",
+        framing,
+        "--count",
+        str(args.count),
+        "--window",
+        str(args.window),
+        "--sessions",
+        str(args.sessions),
+    ]
+
+
+def calibrate() -> float:
+    """CPU nanoseconds per iteration of a trivial Python loop (best of 5): machine speed."""
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.process_time()
+        total = 0
+        for i in range(300_000):
+            total += i
+        best = min(best, time.process_time() - t0)
+    return best / 300_000 * 1e9
+
+
+def machine_line() -> str:
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    return (
+        f"machine: {os.cpu_count()} CPUs, load average {load}, "
+        f"calibration loop {calibrate():.0f} ns/iteration (lower is faster)"
+    )
+
+
+def _last_json_line(path: str) -> dict[str, Any] | None:
+    try:
+        lines = Path(path).read_text().strip().splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            return value
+    return None
+
+
+# ------------------------------------------------------------------ the children
+
+
+def _timed(result: dict[str, Any], cpu: float, elapsed: float) -> dict[str, Any]:
+    return {
+        "count": result["count"],
+        "errors": result["errors"],
+        "elapsed": elapsed,
+        "cpu": cpu,
+        "agent_elapsed": result["elapsed"],
+        "agent_cpu": result["cpu"],
+    }
+
+
+async def _permclient_runs(dialect: str, framing: str, args: argparse.Namespace, log: str) -> Any:
+    from contextlib import ExitStack
+
+    import permclient
+
+    async def allow(request: permclient.PermissionRequest) -> permclient.Decision:
+        return permclient.Selected("allow")
+
+    runs = []
+    async with permclient.open_process(
+        agent_argv(framing, args), dialect=dialect, stderr=log
+    ) as client:  # type: ignore[arg-type]
+        with ExitStack() as stack:
+            for k in range(args.sessions):
+                stack.enter_context(client.permission_handler(session_name(k), allow))
+            if args.warmup:
+                await client.request("bench/start", {"count": args.warmup})
+            for _ in range(args.repeat):
+                cpu0 = time.process_time()
+                t0 = time.perf_counter()
+                result = await client.request("bench/start", {"count": args.count})
+                elapsed = time.perf_counter() - t0
+                cpu = time.process_time() - cpu0
+                runs.append(_timed(result, cpu, elapsed))
+        process = client.process
+    assert process is not None
+    return runs, process.returncode
+
+
+async def _official_runs(args: argparse.Namespace, log: Any) -> Any:
+    import acp
+    from acp.schema import AllowedOutcome, RequestPermissionResponse
+
+    class AllowClient:
+        async def request_permission(
+            self, options: Any, session_id: str, tool_call: Any, **kwargs: Any
+        ) -> RequestPermissionResponse:
+            return RequestPermissionResponse(
+                outcome=AllowedOutcome(option_id="allow", outcome="selected")
+            )
+
+        async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+            return None
+
+    argv = agent_argv("newline", args)
+    runs = []
+    async with (
+        acp.spawn_agent_process(
+            AllowClient(),  # type: ignore[arg-type]
+            argv[0],
+            *argv[1:],
+            transport_kwargs={"stderr": log.fileno()},
+        ) as (conn, process)
+    ):
+        if args.warmup:
+            await conn.ext_method("bench/start", {"count": args.warmup})
+        for _ in range(args.repeat):
+            cpu0 = time.process_time()
+            t0 = time.perf_counter()
+            result = await conn.ext_method("bench/start", {"count": args.count})
+            elapsed = time.perf_counter() - t0
+            cpu = time.process_time() - cpu0
+            runs.append(_timed(result, cpu, elapsed))
+    return runs, process.returncode
+
+
+def child_main(args: argparse.Namespace) -> int:
+    key, _, framing, dialect = next(c for c in CONFIGS if c[0] == args.child)
+    with tempfile.NamedTemporaryFile("w", prefix="cheap_agent.", suffix=".log") as log:
+        if dialect is None:
+            import asyncio
+
+            runs, returncode = asyncio.run(_official_runs(args, log))
+        else:
+            import trio
+
+            runs, returncode = trio.run(_permclient_runs, dialect, framing, args, log.name)
+        summary = _last_json_line(log.name)
+    print(json.dumps({"key": key, "runs": runs, "agent_exit": returncode, "agent": summary}))
+    return 0
+
+
+# ------------------------------------------------------------------ the driver
+
+
+def run_config(key: str, args: argparse.Namespace) -> dict[str, Any]:
+    argv = [
+        sys.executable,
+        __file__,
+        "--child",
+        key,
+        "--count",
+        str(args.count),
+        "--window",
+        str(args.window),
+        "--sessions",
+        str(args.sessions),
+        "--warmup",
+        str(args.warmup),
+        "--repeat",
+        str(args.repeat),
+    ]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stderr)
+        raise SystemExit(f"{key}: child failed with status {proc.returncode}")
+    if proc.stderr.strip():
+        sys.stderr.write(proc.stderr)
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--count", type=int, default=20000, help="approvals per burst (N)")
+    parser.add_argument("--window", type=int, default=64, help="outstanding requests (W)")
+    parser.add_argument("--sessions", type=int, default=8, help="sessions (S)")
+    parser.add_argument("--warmup", type=int, default=None, help="warm-up burst (default N/10)")
+    parser.add_argument("--repeat", type=int, default=3, help="measured bursts; medians shown")
+    parser.add_argument("--quick", action="store_true", help="tiny run: N=500, 1 repeat")
+    parser.add_argument(
+        "--only", choices=[c[0] for c in CONFIGS], action="append", help="run only these"
+    )
+    parser.add_argument("--child", choices=[c[0] for c in CONFIGS], help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.quick:
+        args.count, args.repeat = min(args.count, 500), 1
+    if args.warmup is None:
+        args.warmup = max(100, args.count // 10)
+    if args.child:
+        return child_main(args)
+
+    print(
+        f"approvals: N={args.count} W={args.window} S={args.sessions} "
+        f"warm-up={args.warmup} repeats={args.repeat} (medians); "
+        f"python {sys.version.split()[0]}; agent = bench/cheap_agent.py over OS pipes",
+        flush=True,
+    )
+    print(machine_line(), flush=True)
+    rows = []
+    failures = 0
+    for key, label, framing, _ in CONFIGS:
+        if args.only and key not in args.only:
+            continue
+        started = time.perf_counter()
+        result = run_config(key, args)
+        runs = result["runs"]
+        errors = sum(r["errors"] for r in runs)
+        agent = result["agent"] or {}
+        if errors or result["agent_exit"] != 0 or agent.get("errors"):
+            failures += 1
+            print(f"  !! {key}: {errors} wrong answers; agent: {agent}", flush=True)
+        count = runs[0]["count"]
+        elapsed = statistics.median(r["elapsed"] for r in runs)
+        cpu = statistics.median(r["cpu"] for r in runs)
+        agent_cpu = statistics.median(r["agent_cpu"] for r in runs)
+        rows.append(
+            {
+                "key": key,
+                "label": label,
+                "framing": framing,
+                "count": count,
+                "elapsed": elapsed,
+                "rate": count / elapsed,
+                "cpu_us": cpu / count * 1e6,
+                "agent_cpu_us": agent_cpu / count * 1e6,
+                "rates": [r["count"] / r["elapsed"] for r in runs],
+            }
+        )
+        print(
+            f"  {key}: done in {time.perf_counter() - started:.1f}s "
+            f"(per-run approvals/s: {', '.join(f'{x:,.0f}' for x in rows[-1]['rates'])})",
+            flush=True,
+        )
+
+    official = next((r for r in rows if r["key"] == "official-acp"), None)
+    header = (
+        f"{'implementation':<17} {'framing':<15} {'approvals':>9} {'seconds':>8} "
+        f"{'approvals/s':>12} {'client CPU us/appr':>19} {'agent CPU us/appr':>18} "
+        f"{'vs official':>11}"
+    )
+    print()
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        ratio = f"{r['rate'] / official['rate']:.2f}x" if official else "n/a"
+        print(
+            f"{r['label']:<17} {r['framing']:<15} {r['count']:>9} {r['elapsed']:>8.3f} "
+            f"{r['rate']:>12,.0f} {r['cpu_us']:>19.2f} {r['agent_cpu_us']:>18.2f} {ratio:>11}"
+        )
+    print()
+    print(
+        f"targets: permclient >= {TARGET_RATIO}x the official SDK's approvals/s, "
+        f"<= {TARGET_CPU_US:g} us client CPU per approval"
+    )
+    for r in rows:
+        if not r["key"].startswith("permclient"):
+            continue
+        parts = []
+        if official:
+            ratio = r["rate"] / official["rate"]
+            verdict = "MET" if ratio >= TARGET_RATIO else "NOT MET"
+            parts.append(f"ratio {ratio:.2f}x (>= {TARGET_RATIO}x: {verdict})")
+            parts.append(f"CPU-efficiency ratio {official['cpu_us'] / r['cpu_us']:.2f}x")
+        verdict = "MET" if r["cpu_us"] <= TARGET_CPU_US else "NOT MET"
+        parts.append(f"CPU {r['cpu_us']:.2f} us/approval (<= {TARGET_CPU_US:g}: {verdict})")
+        print(f"  permclient {r['framing']:<15} " + "; ".join(parts))
+    print(machine_line())
+    if failures:
+        print(f"\n{failures} configuration(s) had wrong answers: figures are not valid")
+        return 1
+    print("\nall answers checked by the agent: 0 errors")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

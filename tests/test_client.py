@@ -1,0 +1,746 @@
+"""The trio client against a scripted peer: the invariants of DESIGN.md, one test each."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+import permclient
+from permclient import Cancelled, ConnectionClosed, PermissionRequest, RequestError, Selected
+
+from .peer import CANCELLED, FakePeer, allow_deny, selected
+
+DIALECTS = ["bridge", "acp"]
+CANCEL_SPELLINGS = [("$/cancelRequest", "id"), ("$/cancel_request", "requestId")]
+
+
+@asynccontextmanager
+async def connected(
+    dialect: str = "bridge", **kwargs: Any
+) -> AsyncIterator[tuple[permclient.Client, FakePeer]]:
+    ours, theirs = trio.testing.memory_stream_pair()
+    async with permclient.open_client(ours, dialect=dialect, **kwargs) as client:  # type: ignore[arg-type]
+        yield client, FakePeer(theirs, dialect)
+
+
+async def assert_nothing_more(peer: FakePeer) -> None:
+    """The client wrote nothing since the last receive: a sentinel request is answered next."""
+    sentinel = await peer.request("sentinel/ping", {}, request_id="sentinel")
+    reply = await peer.receive()
+    assert reply["id"] == sentinel and reply["error"]["code"] == -32601
+
+
+async def allow_handler(req: PermissionRequest) -> Selected:
+    return Selected("allow")
+
+
+class Waiter:
+    """A handler that records its requests and waits until released or cancelled."""
+
+    def __init__(self) -> None:
+        self.seen: list[PermissionRequest] = []
+        self.arrived = trio.Event()
+        self.release = trio.Event()
+        self.cancelled: list[str] = []
+        self.answer: Any = Selected("allow")
+
+    async def __call__(self, req: PermissionRequest) -> Any:
+        self.seen.append(req)
+        self.arrived.set()
+        try:
+            await self.release.wait()
+        except trio.Cancelled:
+            self.cancelled.append(req.tool_call.tool_call_id)
+            raise
+        return self.answer
+
+
+# --------------------------------------------------------------- 1. exact routing
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+async def test_concurrent_turns_in_two_sessions_each_get_only_their_own_requests(
+    dialect: str,
+) -> None:
+    async with connected(dialect) as (client, peer):
+        seen: dict[str, list[str]] = {"s-A": [], "s-B": []}
+
+        def handler_for(session: str, option: str) -> permclient.PermissionHandler:
+            async def handler(req: PermissionRequest) -> Selected:
+                seen[session].append(req.session_id)
+                return Selected(option)
+
+            return handler
+
+        with (
+            client.permission_handler("s-A", handler_for("s-A", "allow")),
+            client.permission_handler("s-B", handler_for("s-B", "deny")),
+        ):
+            ids = {}
+            for n in range(6):
+                session = "s-A" if n % 2 == 0 else "s-B"
+                ids[await peer.ask_permission(session, f"call-{n}")] = session
+            third = await peer.ask_permission("s-C", "call-x")
+            answers = {}
+            for _ in range(7):
+                msg = await peer.receive()
+                answers[msg["id"]] = msg["result"]
+        assert seen == {"s-A": ["s-A"] * 3, "s-B": ["s-B"] * 3}
+        for request_id, session in ids.items():
+            assert answers[request_id] == selected("allow" if session == "s-A" else "deny")
+        assert answers[third] == CANCELLED
+
+
+async def test_request_for_a_session_without_handler_answers_cancelled_not_latest_handler() -> None:
+    async with connected() as (client, peer):
+        called = []
+
+        async def handler(req: PermissionRequest) -> Selected:
+            called.append(req.session_id)
+            return Selected("allow")
+
+        with client.permission_handler("s-1", handler):
+            pass
+        with client.permission_handler("s-2", handler):
+            await peer.ask_permission("s-1")
+            assert (await peer.receive())["result"] == CANCELLED
+        assert called == []
+
+
+async def test_nested_registration_shadows_the_outer_until_it_exits() -> None:
+    async with connected() as (client, peer):
+        with client.permission_handler("s", allow_handler):
+
+            async def deny(req: PermissionRequest) -> Selected:
+                return Selected("deny")
+
+            with client.permission_handler("s", deny):
+                await peer.ask_permission("s")
+                assert (await peer.receive())["result"] == selected("deny")
+            await peer.ask_permission("s")
+            assert (await peer.receive())["result"] == selected("allow")
+
+
+async def test_several_requests_pending_at_once_in_one_session() -> None:
+    async with connected() as (client, peer):
+        waiter = Waiter()
+        with client.permission_handler("s", waiter):
+            ids = [await peer.ask_permission("s", f"call-{n}") for n in range(3)]
+            while len(waiter.seen) < 3:
+                await trio.testing.wait_all_tasks_blocked()
+            assert client.pending_permissions("s") == 3
+            waiter.release.set()
+            answers = {(m := await peer.receive())["id"]: m["result"] for _ in ids}
+        assert answers == {i: selected("allow") for i in ids}
+
+
+async def test_leaving_the_registration_answers_its_pending_requests_cancelled() -> None:
+    async with connected() as (client, peer):
+        waiter = Waiter()
+        with client.permission_handler("s", waiter):
+            await peer.ask_permission("s")
+            await waiter.arrived.wait()
+        assert (await peer.receive())["result"] == CANCELLED
+        await trio.testing.wait_all_tasks_blocked()
+        assert waiter.cancelled == ["call-1"]
+
+
+async def test_registering_an_empty_session_id_is_refused() -> None:
+    async with connected() as (client, _peer):
+        with (
+            pytest.raises(ValueError, match="non-empty"),
+            client.permission_handler("", allow_handler),
+        ):
+            pass  # pragma: no cover - never entered
+
+
+# ---------------------------------------------------------------- 2. fail closed
+
+
+def _request_params(**overrides: Any) -> dict[str, Any]:
+    params: dict[str, Any] = {
+        "sessionId": "s",
+        "toolCall": {"toolCallId": "c", "title": "t", "kind": "execute"},
+        "options": allow_deny(),
+    }
+    for key, value in overrides.items():
+        if value is _DROP:
+            del params[key]
+        else:
+            params[key] = value
+    return params
+
+
+_DROP = object()
+MALFORMED = {
+    "missing sessionId": _request_params(sessionId=_DROP),
+    "empty sessionId": _request_params(sessionId=""),
+    "null sessionId": _request_params(sessionId=None),
+    "missing toolCall": _request_params(toolCall=_DROP),
+    "missing options": _request_params(options=_DROP),
+    "null options": _request_params(options=None),
+    "empty options": _request_params(options=[]),
+    "null option item": _request_params(options=[allow_deny()[0], None]),
+    "duplicate option ids": _request_params(options=[allow_deny()[0], allow_deny()[0]]),
+    "params not an object": [1, 2],
+}
+
+
+@pytest.mark.parametrize("params", MALFORMED.values(), ids=MALFORMED.keys())
+async def test_malformed_permission_request_answers_cancelled_without_calling_a_handler(
+    params: Any,
+) -> None:
+    async with connected() as (client, peer):
+        called = []
+
+        async def handler(req: PermissionRequest) -> Selected:
+            called.append(req)
+            return Selected("allow")
+
+        with client.permission_handler("s", handler):
+            request_id = await peer.request("session/request_permission", params)
+            assert await peer.receive() == {"jsonrpc": "2.0", "id": request_id, "result": CANCELLED}
+        assert called == []
+
+
+class Boom(Exception):
+    pass
+
+
+async def _raises(req: PermissionRequest) -> Selected:
+    raise Boom("handler bug")
+
+
+async def _returns_none(req: PermissionRequest) -> None:
+    return None
+
+
+async def _returns_plain_string(req: PermissionRequest) -> str:
+    return "allow"
+
+
+async def _returns_unoffered_option(req: PermissionRequest) -> Selected:
+    return Selected("allow-everything")
+
+
+async def _returns_cancelled(req: PermissionRequest) -> Cancelled:
+    return Cancelled()
+
+
+async def _cancels_itself(req: PermissionRequest) -> Selected:
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        await trio.sleep_forever()
+    raise trio.Cancelled._create()  # pragma: no cover - unreachable, for the type
+
+
+async def _cancelled_by_an_outer_deadline(req: PermissionRequest) -> Selected:
+    with trio.move_on_after(0):
+        await trio.sleep_forever()
+    return Cancelled()  # type: ignore[return-value]
+
+
+BAD_HANDLERS = {
+    "raises": _raises,
+    "returns None": _returns_none,
+    "returns a plain string": _returns_plain_string,
+    "picks an option that was not offered": _returns_unoffered_option,
+    "returns Cancelled": _returns_cancelled,
+    "times itself out": _cancelled_by_an_outer_deadline,
+}
+
+
+@pytest.mark.parametrize("handler", BAD_HANDLERS.values(), ids=BAD_HANDLERS.keys())
+async def test_anything_but_an_offered_choice_answers_cancelled(handler: Any) -> None:
+    async with connected() as (client, peer):
+        with client.permission_handler("s", handler):
+            request_id = await peer.ask_permission("s")
+            assert await peer.receive() == {"jsonrpc": "2.0", "id": request_id, "result": CANCELLED}
+
+
+async def test_only_an_explicit_offered_choice_answers_selected() -> None:
+    async with connected() as (client, peer):
+
+        async def pick_second(req: PermissionRequest) -> Selected:
+            return Selected(req.options[1].option_id)
+
+        with client.permission_handler("s", pick_second):
+            await peer.ask_permission("s")
+            assert (await peer.receive())["result"] == selected("deny")
+
+
+# --------------------------------------------------------------- 3. cancel scopes
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+@pytest.mark.parametrize(("method", "key"), CANCEL_SPELLINGS)
+async def test_peer_cancel_while_the_handler_waits_cancels_its_scope_and_answers_cancelled(
+    dialect: str, method: str, key: str
+) -> None:
+    async with connected(dialect) as (client, peer):
+        waiter = Waiter()
+        with client.permission_handler("s", waiter):
+            request_id = await peer.ask_permission("s", request_id=0)
+            await waiter.arrived.wait()
+            await peer.notify(method, {key: request_id})
+            assert await peer.receive() == {"jsonrpc": "2.0", "id": 0, "result": CANCELLED}
+            await trio.testing.wait_all_tasks_blocked()
+            assert waiter.cancelled == ["call-1"]
+            await assert_nothing_more(peer)
+
+
+async def test_cancel_for_an_already_answered_id_changes_nothing() -> None:
+    async with connected() as (client, peer):
+        with client.permission_handler("s", allow_handler):
+            request_id = await peer.ask_permission("s")
+            assert (await peer.receive())["result"] == selected("allow")
+            await peer.notify("$/cancelRequest", {"id": request_id})
+            await assert_nothing_more(peer)
+
+
+async def test_peer_cancel_of_another_request_answers_minus_32800() -> None:
+    async with connected() as (client, peer):
+        entered = trio.Event()
+        cancelled = []
+
+        async def slow(params: Any) -> str:
+            entered.set()
+            try:
+                await trio.sleep_forever()
+            finally:
+                cancelled.append(params)
+
+        client.on_request("fs/read_text_file", slow)
+        request_id = await peer.request("fs/read_text_file", {"path": "/x"})
+        await entered.wait()
+        await peer.notify("$/cancel_request", {"requestId": request_id})
+        reply = await peer.receive()
+        assert reply["id"] == request_id and reply["error"]["code"] == -32800
+        await trio.testing.wait_all_tasks_blocked()
+        assert cancelled == [{"path": "/x"}]
+
+
+# --------------------------------------------------------- 4. exactly one response
+
+
+async def test_a_handler_that_swallows_its_cancellation_still_gets_one_cancelled_answer() -> None:
+    async with connected() as (client, peer):
+        arrived = trio.Event()
+        finished = trio.Event()
+
+        async def stubborn(req: PermissionRequest) -> Selected:
+            arrived.set()
+            try:
+                await trio.sleep_forever()
+            except trio.Cancelled:
+                pass  # a buggy handler: it swallows the cancel and approves anyway
+            finished.set()
+            return Selected("allow")
+
+        with client.permission_handler("s", stubborn):
+            request_id = await peer.ask_permission("s")
+            await arrived.wait()
+            await peer.notify("$/cancelRequest", {"id": request_id})
+            assert (await peer.receive())["result"] == CANCELLED
+            await finished.wait()
+            await assert_nothing_more(peer)
+
+
+async def test_teardown_answers_every_pending_request_exactly_once() -> None:
+    ours, theirs = trio.testing.memory_stream_pair()
+    peer = FakePeer(theirs, "bridge")
+    waiter = Waiter()
+    async with permclient.open_client(ours) as client:
+        registration = client.permission_handler("s", waiter)
+        registration.__enter__()  # left open: the client's teardown must answer
+        ids = [await peer.ask_permission("s", f"c{n}") for n in range(3)]
+        while len(waiter.seen) < 3:
+            await trio.testing.wait_all_tasks_blocked()
+    answers = [await peer.receive() for _ in ids]
+    assert sorted(a["id"] for a in answers) == sorted(ids)
+    assert all(a["result"] == CANCELLED for a in answers)
+    assert await theirs.receive_some(1) == b""  # then the stream closed, nothing else
+    assert sorted(waiter.cancelled) == ["c0", "c1", "c2"]
+
+
+# ------------------------------------------------------------ 5. outbound cancel
+
+
+@pytest.mark.parametrize(
+    ("dialect", "cancel"),
+    [("bridge", ("$/cancelRequest", "id")), ("acp", ("$/cancel_request", "requestId"))],
+)
+async def test_caller_cancelling_its_request_puts_the_dialects_cancel_on_the_wire(
+    dialect: str, cancel: tuple[str, str]
+) -> None:
+    async with connected(dialect) as (client, peer):
+        with trio.move_on_after(1) as scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(client.request, "slow/thing", {"x": 1})
+                sent = await peer.receive()
+                scope.cancel()
+        assert sent["method"] == "slow/thing" and sent["id"] == 0
+        method, key = cancel
+        assert await peer.receive() == {"jsonrpc": "2.0", "method": method, "params": {key: 0}}
+        # A late response for the cancelled id is dropped, not an error.
+        await peer.send({"jsonrpc": "2.0", "id": 0, "result": {"late": True}})
+        await assert_nothing_more(peer)
+        assert client.closed_reason is None
+
+
+async def test_response_for_an_id_never_sent_is_dropped(caplog: pytest.LogCaptureFixture) -> None:
+    async with connected() as (client, peer):
+        await peer.send({"jsonrpc": "2.0", "id": 99, "result": {}})
+        await peer.send({"jsonrpc": "2.0", "id": "nope", "error": {"code": 1, "message": "x"}})
+        await assert_nothing_more(peer)
+        assert client.closed_reason is None
+    assert "never sent" in caplog.text
+
+
+async def test_request_returns_result_and_raises_request_error_for_error_responses() -> None:
+    async with connected() as (client, peer):
+        async with trio.open_nursery() as nursery:
+            results: list[Any] = []
+
+            async def call() -> None:
+                results.append(await client.request("sessionNew", {"title": "t"}))
+                with pytest.raises(RequestError) as info:
+                    await client.request("sessionLoad", {"sessionId": "zz"})
+                results.append((info.value.code, info.value.message))
+
+            nursery.start_soon(call)
+            first = await peer.receive()
+            await peer.send({"jsonrpc": "2.0", "id": first["id"], "result": {"sessionId": "s-9"}})
+            second = await peer.receive()
+            await peer.send(
+                {"jsonrpc": "2.0", "id": second["id"], "error": {"code": -32602, "message": "no"}}
+            )
+        assert results == [{"sessionId": "s-9"}, (-32602, "no")]
+
+
+# ---------------------------------------------------------------- 6. turn cancel
+
+
+async def test_cancelling_a_bridge_chat_send_answers_that_sessions_permissions_at_once() -> None:
+    async with connected("bridge") as (client, peer):
+        waiter_a, waiter_b = Waiter(), Waiter()
+        with (
+            client.permission_handler("s-A", waiter_a),
+            client.permission_handler("s-B", waiter_b),
+        ):
+            with trio.CancelScope() as turn:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(
+                        client.request, "chatSend", {"sessionId": "s-A", "text": "x"}
+                    )
+                    chat = await peer.receive()
+                    a = await peer.ask_permission("s-A", "a")
+                    b = await peer.ask_permission("s-B", "b")
+                    await waiter_a.arrived.wait()
+                    await waiter_b.arrived.wait()
+                    turn.cancel()
+            got = [await peer.receive(), await peer.receive()]
+            assert {
+                "jsonrpc": "2.0",
+                "method": "$/cancelRequest",
+                "params": {"id": chat["id"]},
+            } in got
+            assert {"jsonrpc": "2.0", "id": a, "result": CANCELLED} in got
+            assert client.pending_permissions("s-B") == 1  # the other session's turn goes on
+            waiter_b.release.set()
+            assert await peer.receive() == {"jsonrpc": "2.0", "id": b, "result": selected("allow")}
+
+
+async def test_acp_session_cancel_answers_that_sessions_permissions_at_once() -> None:
+    async with connected("acp") as (client, peer):
+        waiter = Waiter()
+        with client.permission_handler("s", waiter):
+            ids = [await peer.ask_permission("s", f"c{n}") for n in range(2)]
+            while len(waiter.seen) < 2:
+                await trio.testing.wait_all_tasks_blocked()
+            await client.notify("session/cancel", {"sessionId": "s"})
+            got = [await peer.receive() for _ in range(3)]
+        assert {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": "s"}} in got
+        for request_id in ids:
+            assert {"jsonrpc": "2.0", "id": request_id, "result": CANCELLED} in got
+
+
+# ------------------------------------------------------------------ 7. teardown
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+async def test_peer_dying_mid_approval_cancels_handlers_and_fails_pending_requests(
+    dialect: str,
+) -> None:
+    async with connected(dialect) as (client, peer):
+        waiter = Waiter()
+        failures: list[BaseException] = []
+
+        async def call() -> None:
+            try:
+                await client.request("chatSend", {"sessionId": "s", "text": "go"})
+            except ConnectionClosed as exc:
+                failures.append(exc)
+
+        with client.permission_handler("s", waiter):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(call)
+                await peer.receive()
+                await peer.ask_permission("s")
+                await waiter.arrived.wait()
+                await peer.stream.aclose()
+        assert len(failures) == 1 and "peer closed" in str(failures[0])
+        await trio.testing.wait_all_tasks_blocked()
+        assert waiter.cancelled == ["call-1"]
+        with pytest.raises(ConnectionClosed):
+            await client.request("anything", {})
+        with pytest.raises(ConnectionClosed):
+            await client.notify("anything", {})
+
+
+async def test_body_exception_is_not_wrapped_in_an_exception_group() -> None:
+    ours, _theirs = trio.testing.memory_stream_pair()
+    with pytest.raises(Boom):
+        async with permclient.open_client(ours):
+            raise Boom
+
+
+# ------------------------------------------------------------- 8. bounded input
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+async def test_invalid_json_gets_parse_error_with_null_id_and_the_connection_lives(
+    dialect: str,
+) -> None:
+    async with connected(dialect) as (client, peer):
+        await peer.send_raw(peer.framer_type.encode(b'{"jsonrpc": "2.0", "id": 1, "method"'))
+        reply = await peer.receive()
+        assert reply["id"] is None and reply["error"]["code"] == -32700
+        await assert_nothing_more(peer)
+
+
+@pytest.mark.parametrize(
+    "body", [b"[]", b'[{"jsonrpc":"2.0","id":1,"method":"x"}]', b"42", b'"str"', b"null"]
+)
+async def test_non_object_or_batch_gets_invalid_request(body: bytes) -> None:
+    async with connected() as (client, peer):
+        await peer.send_raw(peer.framer_type.encode(body))
+        reply = await peer.receive()
+        assert reply == {
+            "jsonrpc": "2.0",
+            "id": None,
+            "error": {"code": -32600, "message": reply["error"]["message"]},
+        }
+        await assert_nothing_more(peer)
+
+
+async def test_invalid_request_with_a_readable_id_is_answered_with_that_id() -> None:
+    async with connected() as (client, peer):
+        await peer.send({"jsonrpc": "2.0", "id": 5, "method": 12})
+        reply = await peer.receive()
+        assert reply["id"] == 5 and reply["error"]["code"] == -32600
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+async def test_oversized_frame_is_skipped_without_buffering_and_the_connection_lives(
+    dialect: str,
+) -> None:
+    async with connected(dialect, max_frame_size=1024) as (client, peer):
+        with client.permission_handler("s", allow_handler):
+            big = b'{"pad":"' + b"x" * 4096 + b'"}'
+            await peer.send_raw(peer.framer_type.encode(big))
+            await peer.ask_permission("s")
+            assert (await peer.receive())["result"] == selected("allow")
+            assert client.closed_reason is None
+
+
+async def test_malformed_header_closes_the_connection_and_fails_pending_calls() -> None:
+    async with connected("bridge") as (client, peer):
+        errors: list[BaseException] = []
+
+        async def call() -> None:
+            with pytest.raises(ConnectionClosed) as info:
+                await client.request("x", {})
+            errors.append(info.value)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(call)
+            await peer.receive()
+            await peer.send_raw(b"Content-Length: -5\r\n\r\n")
+        assert "protocol error" in str(errors[0])
+        assert client.closed_reason is not None
+
+
+# ------------------------------------------------------------- other requests
+
+
+async def test_unregistered_reverse_request_gets_method_not_found() -> None:
+    async with connected("acp") as (client, peer):
+        request_id = await peer.request("terminal/create", {"command": "ls"})
+        reply = await peer.receive()
+        assert reply["id"] == request_id and reply["error"]["code"] == -32601
+
+
+async def test_on_request_answers_results_errors_and_internal_errors() -> None:
+    async with connected() as (client, peer):
+
+        async def echo(params: Any) -> Any:
+            if params["mode"] == "error":
+                raise RequestError(-32602, "bad path", {"path": "/etc"})
+            if params["mode"] == "bug":
+                raise Boom
+            return {"echo": params}
+
+        with client.on_request("x/echo", echo):
+            await peer.request("x/echo", {"mode": "ok"}, request_id=1)
+            await peer.request("x/echo", {"mode": "error"}, request_id=2)
+            await peer.request("x/echo", {"mode": "bug"}, request_id=3)
+            replies = {(m := await peer.receive())["id"]: m for _ in range(3)}
+        assert replies[1]["result"] == {"echo": {"mode": "ok"}}
+        assert replies[2]["error"] == {
+            "code": -32602,
+            "message": "bad path",
+            "data": {"path": "/etc"},
+        }
+        assert replies[3]["error"]["code"] == -32603
+        with pytest.raises(ValueError, match="permission_handler"):
+            client.on_request("session/request_permission", echo)
+
+
+# ------------------------------------------------------------- notifications
+
+
+async def test_notifications_sent_before_session_new_returns_are_not_lost() -> None:
+    async with connected("acp") as (client, peer):
+        seen: list[Any] = []
+        async with trio.open_nursery() as nursery:
+            result: dict[str, Any] = {}
+
+            async def new_session() -> None:
+                result.update(await client.request("session/new", {"cwd": "/w", "mcpServers": []}))
+
+            nursery.start_soon(new_session)
+            sent = await peer.receive()
+            for n in range(3):
+                await peer.notify(
+                    "session/update",
+                    {
+                        "sessionId": "s-new",
+                        "update": {
+                            "sessionUpdate": "agent_message_chunk",
+                            "content": {"type": "text", "text": str(n)},
+                        },
+                    },
+                )
+            await peer.send({"jsonrpc": "2.0", "id": sent["id"], "result": {"sessionId": "s-new"}})
+        with client.on_session_notification(result["sessionId"], seen.append):
+            await peer.notify(
+                "session/update",
+                {
+                    "sessionId": "s-new",
+                    "update": {
+                        "sessionUpdate": "agent_message_chunk",
+                        "content": {"type": "text", "text": "3"},
+                    },
+                },
+            )
+            await assert_nothing_more(peer)
+        texts = [n.params["update"]["content"]["text"] for n in seen]
+        assert texts == ["0", "1", "2", "3"]
+        assert {n.session_id for n in seen} == {"s-new"}
+
+
+async def test_notification_callbacks_run_in_order_and_a_failing_one_is_contained() -> None:
+    async with connected() as (client, peer):
+        seen: list[int] = []
+
+        def broken(n: permclient.InboundNotification) -> None:
+            raise Boom
+
+        with (
+            client.on_notification("tick", broken),
+            client.on_notification("tick", lambda n: seen.append(n.params["n"])),
+        ):
+            for n in range(5):
+                await peer.notify("tick", {"n": n})
+            await assert_nothing_more(peer)
+        assert seen == [0, 1, 2, 3, 4]
+
+
+# ------------------------------------------------------------ 9. tool calls
+
+
+async def test_tool_call_status_never_rewinds_and_tracks_pending_approval() -> None:
+    async with connected("acp") as (client, peer):
+
+        def update(kind: str, **fields: Any) -> dict[str, Any]:
+            return {
+                "sessionId": "s",
+                "update": {"sessionUpdate": kind, "toolCallId": "c", **fields},
+            }
+
+        waiter = Waiter()
+        with client.permission_handler("s", waiter):
+            await peer.notify("session/update", update("tool_call", title="ls", status="pending"))
+            await peer.ask_permission("s", "c")
+            await waiter.arrived.wait()
+            state = client.tool_calls.get("s", "c")
+            assert state is not None and state.awaiting_approval
+            waiter.release.set()
+            await peer.receive()
+            assert not state.awaiting_approval
+            await peer.notify("session/update", update("tool_call_update", status="in_progress"))
+            await peer.notify("session/update", update("tool_call_update", status="pending"))
+            await assert_nothing_more(peer)
+            assert state.status == "in_progress"
+            await peer.notify("session/update", update("tool_call_update", status="completed"))
+            await peer.notify("session/update", update("tool_call_update", status="failed"))
+            await peer.notify("session/update", update("tool_call_update", status="bogus"))
+            await assert_nothing_more(peer)
+            assert state.status == "completed" and state.is_final
+
+
+# ----------------------------------------------------------------- telemetry
+
+
+async def test_telemetry_records_every_approval_path() -> None:
+    sink = io.StringIO()
+    telemetry = permclient.JsonlTelemetry(sink)
+    async with connected(telemetry=telemetry) as (client, peer):
+        waiter = Waiter()
+        with client.permission_handler("s", waiter):
+            await peer.ask_permission("s", request_id=1)
+            await waiter.arrived.wait()
+            waiter.release.set()
+            await peer.receive()
+            waiter.release = trio.Event()
+            await peer.ask_permission("s", request_id=2)
+            while len(waiter.seen) < 2:
+                await trio.testing.wait_all_tasks_blocked()
+            await peer.notify("$/cancelRequest", {"id": 2})
+            await peer.receive()
+            await peer.ask_permission("other", request_id=3)
+            await peer.receive()
+            await peer.request("session/request_permission", {"sessionId": "s"}, request_id=4)
+            await peer.receive()
+    events = [json.loads(line) for line in sink.getvalue().splitlines()]
+    by_event: dict[str, list[dict[str, Any]]] = {}
+    for event in events:
+        by_event.setdefault(event["event"], []).append(event)
+        assert isinstance(event["ts"], float)
+    assert len(by_event["server_request.start"]) == 4
+    assert [e["request_id"] for e in by_event["approval.requested"]] == [1, 2]
+    (responded,) = by_event["approval.responded"]
+    assert responded["outcome"] == "selected" and responded["option_id"] == "allow"
+    assert responded["session_id"] == "s" and responded["latency_ms"] >= 0
+    (cancelled,) = by_event["approval.cancelled"]
+    assert cancelled["by"] == "peer" and cancelled["request_id"] == 2
+    assert by_event["approval.unrouted"][0]["session_id"] == "other"
+    assert by_event["approval.malformed"][0]["request_id"] == 4
