@@ -112,8 +112,11 @@ async def _stream_pair(transport: str) -> tuple[trio.abc.Stream, trio.abc.Stream
 class Agent:
     """The agent side: sends the requests, then reads and checks every answer."""
 
-    def __init__(self, stream: trio.abc.Stream, dialect: str, requests: int, sessions: int):
+    def __init__(
+        self, stream: trio.abc.Stream, dialect: str, requests: int, sessions: int, minimal: bool
+    ) -> None:
         self.stream = stream
+        self.minimal = minimal
         self.framing = "content-length" if dialect == "bridge" else "newline"
         self.frame: Callable[[bytes], bytes] = FRAMERS[self.framing]
         self.parser = (
@@ -142,6 +145,8 @@ class Agent:
             params = permission_params(
                 session_name(k), f"call_{k}_{i}", options_for(k, self.sessions)
             )
+            if self.minimal:
+                params["toolCall"] = {"toolCallId": f"call_{k}_{i}"}
             message = {
                 "jsonrpc": "2.0",
                 "id": i,
@@ -184,7 +189,9 @@ class Agent:
 
 async def scenario(args: argparse.Namespace, measure: Callable[[], int]) -> dict[str, Any]:
     client_stream, agent_stream = await _stream_pair(args.transport)
-    agent = Agent(agent_stream, args.dialect, args.requests, args.sessions)
+    agent = Agent(
+        agent_stream, args.dialect, args.requests, args.sessions, args.payload == "minimal"
+    )
     release = trio.Event()
     all_started = trio.Event()
     started = 0
@@ -272,6 +279,12 @@ def main() -> int:
     parser.add_argument("--sessions", type=int, default=1000, help="sessions they spread over")
     parser.add_argument("--dialect", choices=["acp", "bridge"], default="acp")
     parser.add_argument("--transport", choices=["socketpair", "memory"], default="socketpair")
+    parser.add_argument(
+        "--payload",
+        choices=["realistic", "minimal"],
+        default="realistic",
+        help="toolCall as in approvals.py (rawInput, locations, ...) or just its toolCallId",
+    )
     parser.add_argument("--top", type=int, default=8, help="show the top N allocating lines")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per pass")
     args = parser.parse_args()
@@ -283,7 +296,8 @@ def main() -> int:
     )
     print(
         f"pending_memory: {args.requests} pending permission requests over {args.sessions} "
-        f"sessions; dialect {args.dialect} ({framing}); agent side in-process over {where}; "
+        f"sessions; {args.payload} payload; dialect {args.dialect} ({framing}); "
+        f"agent side in-process over {where}; "
         f"python {sys.version.split()[0]}",
         flush=True,
     )
