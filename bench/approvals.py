@@ -297,16 +297,24 @@ def main() -> int:
     header = (
         f"{'implementation':<17} {'framing':<15} {'approvals':>9} {'seconds':>8} "
         f"{'approvals/s':>12} {'client CPU us/appr':>19} {'agent CPU us/appr':>18} "
-        f"{'vs official':>11}"
+        f"{'vs official':>11}  targets (>= {TARGET_RATIO}x, <= {TARGET_CPU_US:g} us)"
     )
     print()
     print(header)
     print("-" * len(header))
     for r in rows:
         ratio = f"{r['rate'] / official['rate']:.2f}x" if official else "n/a"
+        verdicts = ""
+        if r["key"].startswith("permclient"):
+            rate_ok = official is not None and r["rate"] / official["rate"] >= TARGET_RATIO
+            verdicts = (
+                f"  ratio {'met' if rate_ok else 'NOT met'}, "
+                f"CPU {'met' if r['cpu_us'] <= TARGET_CPU_US else 'NOT met'}"
+            )
         print(
             f"{r['label']:<17} {r['framing']:<15} {r['count']:>9} {r['elapsed']:>8.3f} "
             f"{r['rate']:>12,.0f} {r['cpu_us']:>19.2f} {r['agent_cpu_us']:>18.2f} {ratio:>11}"
+            f"{verdicts}"
         )
     print()
     print(

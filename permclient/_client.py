@@ -590,6 +590,7 @@ class Client:
     # ---------------------------------------------------------- inbound requests
 
     def _on_request(self, message: Request) -> None:
+        self._emit("server_request.start", request_id=message.id, method=message.method)
         if message.id in self._inbound:
             log.warning("peer reused id %r of a pending request; refusing the new one", message.id)
             self._queue(
@@ -626,7 +627,6 @@ class Client:
 
     def _on_permission_request(self, message: Request) -> None:
         request_id = message.id
-        self._emit("server_request.start", request_id=request_id, method=PERMISSION_METHOD)
         try:
             request = permission_request_decoder.decode(message.params)
         except msgspec.DecodeError as exc:

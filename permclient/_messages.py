@@ -151,7 +151,10 @@ def parse_message(frame: bytes) -> Message:
 def _invalid_shape(frame: bytes, reason: str) -> InvalidMessage:
     # Valid JSON but the wrong shape: recover the id, when there is one, so the
     # error response can name the request it answers.
-    value = _any_decoder.decode(frame)
+    try:
+        value = _any_decoder.decode(frame)
+    except msgspec.DecodeError as exc:  # the shape failed first, but the JSON is bad too
+        return InvalidMessage(ErrorCode.PARSE_ERROR, f"invalid JSON: {exc}")
     if isinstance(value, list):
         return InvalidMessage(ErrorCode.INVALID_REQUEST, "batch requests are not supported")
     if not isinstance(value, dict):

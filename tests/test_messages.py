@@ -1,0 +1,192 @@
+"""Message classification and encoding, sans-I/O (no trio)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from permclient import ErrorCode, LocalProtocolError
+from permclient._messages import (
+    ErrorObject,
+    ErrorResponse,
+    InvalidMessage,
+    Notification,
+    Request,
+    Response,
+    encode_error,
+    encode_notification,
+    encode_request,
+    encode_result,
+    parse_message,
+)
+
+
+def test_error_codes_are_the_json_rpc_ones() -> None:
+    assert {code.name: int(code) for code in ErrorCode} == {
+        "PARSE_ERROR": -32700,
+        "INVALID_REQUEST": -32600,
+        "METHOD_NOT_FOUND": -32601,
+        "INVALID_PARAMS": -32602,
+        "INTERNAL_ERROR": -32603,
+        "REQUEST_CANCELLED": -32800,
+    }
+
+
+def _frame(obj: Any) -> bytes:
+    return json.dumps(obj).encode()
+
+
+@pytest.mark.parametrize("request_id", [0, 7, "abc", ""])
+def test_request_keeps_its_id_and_raw_params(request_id: Any) -> None:
+    message = parse_message(
+        _frame({"jsonrpc": "2.0", "id": request_id, "method": "m", "params": {"a": [1]}})
+    )
+    assert isinstance(message, Request)
+    assert message.id == request_id and message.method == "m"
+    assert msgspec.json.decode(message.params) == {"a": [1]}
+
+
+def test_notification_has_a_method_and_no_id() -> None:
+    message = parse_message(_frame({"jsonrpc": "2.0", "method": "n"}))
+    assert isinstance(message, Notification)
+    assert message.method == "n" and not message.params
+
+
+def test_response_and_error_response_are_told_apart_by_shape() -> None:
+    ok = parse_message(_frame({"jsonrpc": "2.0", "id": 0, "result": None}))
+    assert isinstance(ok, Response) and ok.id == 0 and bytes(ok.result) == b"null"
+    err = parse_message(
+        _frame({"jsonrpc": "2.0", "id": 3, "error": {"code": -32601, "message": "no", "data": 1}})
+    )
+    assert isinstance(err, ErrorResponse)
+    assert err.error == ErrorObject(-32601, "no", 1)
+
+
+def test_error_response_with_a_malformed_error_object_still_settles_its_id() -> None:
+    err = parse_message(_frame({"jsonrpc": "2.0", "id": 3, "error": {"code": "x"}}))
+    assert isinstance(err, ErrorResponse) and err.id == 3
+    assert err.error.code == ErrorCode.INTERNAL_ERROR
+
+
+INVALID = {
+    "not JSON": (b'{"jsonrpc": "2.0", "id": 1', ErrorCode.PARSE_ERROR, None, True),
+    "empty frame": (b"", ErrorCode.PARSE_ERROR, None, True),
+    "not UTF-8": (b'{"jsonrpc": "2.0", "method": "\xff"}', ErrorCode.PARSE_ERROR, None, True),
+    "batch": (
+        b'[{"jsonrpc": "2.0", "id": 1, "method": "m"}]',
+        ErrorCode.INVALID_REQUEST,
+        None,
+        True,
+    ),
+    "number": (b"42", ErrorCode.INVALID_REQUEST, None, True),
+    "null": (b"null", ErrorCode.INVALID_REQUEST, None, True),
+    "method not a string": (
+        _frame({"jsonrpc": "2.0", "id": 4, "method": 1}),
+        ErrorCode.INVALID_REQUEST,
+        4,
+        True,
+    ),
+    "id is a bool": (
+        _frame({"jsonrpc": "2.0", "id": True, "method": "m"}),
+        ErrorCode.INVALID_REQUEST,
+        None,
+        True,
+    ),
+    "id is an object": (
+        _frame({"jsonrpc": "2.0", "id": {}, "method": "m"}),
+        ErrorCode.INVALID_REQUEST,
+        None,
+        True,
+    ),
+    "no jsonrpc": (_frame({"id": 2, "method": "m"}), ErrorCode.INVALID_REQUEST, 2, True),
+    "wrong jsonrpc": (
+        _frame({"jsonrpc": "1.0", "id": 2, "method": "m"}),
+        ErrorCode.INVALID_REQUEST,
+        2,
+        True,
+    ),
+    "method and result": (
+        _frame({"jsonrpc": "2.0", "id": 2, "method": "m", "result": 1}),
+        ErrorCode.INVALID_REQUEST,
+        2,
+        True,
+    ),
+    "neither method nor id": (_frame({"jsonrpc": "2.0"}), ErrorCode.INVALID_REQUEST, None, True),
+    "result and error": (
+        _frame({"jsonrpc": "2.0", "id": 2, "result": 1, "error": {"code": 1, "message": ""}}),
+        ErrorCode.INVALID_REQUEST,
+        2,
+        False,
+    ),
+    "response without result": (
+        _frame({"jsonrpc": "2.0", "id": 2}),
+        ErrorCode.INVALID_REQUEST,
+        2,
+        False,
+    ),
+    "result for id null": (
+        _frame({"jsonrpc": "2.0", "id": None, "result": 1}),
+        ErrorCode.INVALID_REQUEST,
+        None,
+        False,
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("frame", "code", "request_id", "reply"), INVALID.values(), ids=INVALID.keys()
+)
+def test_invalid_messages_are_classified_with_the_right_code(
+    frame: bytes, code: ErrorCode, request_id: Any, reply: bool
+) -> None:
+    message = parse_message(frame)
+    assert isinstance(message, InvalidMessage)
+    assert (message.code, message.id, message.reply) == (code, request_id, reply)
+    assert message.reason
+
+
+@given(st.binary(max_size=200))
+def test_any_bytes_classify_without_raising(frame: bytes) -> None:
+    parse_message(frame)
+
+
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(),
+        lambda c: st.lists(c) | st.dictionaries(st.text(), c),
+        max_leaves=10,
+    )
+)
+def test_any_json_value_classifies_without_raising(value: Any) -> None:
+    parse_message(msgspec.json.encode(value))
+
+
+def test_encoders_write_json_rpc_2() -> None:
+    assert json.loads(encode_request(0, "m", None)) == {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "m",
+        "params": {},
+    }
+    assert json.loads(encode_notification("n", {"a": 1})) == {
+        "jsonrpc": "2.0",
+        "method": "n",
+        "params": {"a": 1},
+    }
+    assert json.loads(encode_result("x", None)) == {"jsonrpc": "2.0", "id": "x", "result": None}
+    assert json.loads(encode_error(None, ErrorCode.PARSE_ERROR, "bad")) == {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {"code": -32700, "message": "bad"},
+    }
+    assert json.loads(encode_error(1, -1, "m", {"d": 1}))["error"]["data"] == {"d": 1}
+
+
+def test_unencodable_params_are_a_local_protocol_error() -> None:
+    with pytest.raises(LocalProtocolError):
+        encode_request(1, "m", {"x": object()})
