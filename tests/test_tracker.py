@@ -1,0 +1,76 @@
+"""The tool-call fold (invariant 9), sans-I/O."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from hypothesis import given
+from hypothesis import strategies as st
+
+from permclient import Diff, ToolCallTracker, ToolCallUpdate
+
+RANK = {"pending": 0, "in_progress": 1, "completed": 2, "failed": 2}
+
+
+def _note(session: str, update_kind: str, **update: Any) -> bytes:
+    return msgspec.json.encode(
+        {"sessionId": session, "update": {"sessionUpdate": update_kind, "toolCallId": "c", **update}}
+    )
+
+
+@given(st.lists(st.sampled_from([*RANK, "bogus", None]), max_size=12))
+def test_status_never_rewinds_and_final_is_final(statuses: list[str | None]) -> None:
+    tracker = ToolCallTracker()
+    shown = []
+    for status in statuses:
+        fields = {} if status is None else {"status": status}
+        state = tracker.apply_notification(_note("s", "tool_call_update", **fields))
+        assert state is not None
+        shown.append(state.status)
+    ranks = [RANK[s] for s in shown]
+    assert ranks == sorted(ranks)
+    finals = [s for s in shown if RANK[s] == 2]
+    assert len(set(finals)) <= 1  # completed never turns into failed, nor back
+
+
+def test_sessions_are_kept_apart_and_details_merge() -> None:
+    tracker = ToolCallTracker()
+    tracker.apply_notification(_note("a", "tool_call", title="ls", kind="execute"))
+    tracker.apply_notification(
+        _note(
+            "b",
+            "tool_call",
+            title="write",
+            content=[{"type": "diff", "path": "/w/x", "oldText": None, "newText": "hi"}],
+            locations=[{"path": "/w/x", "line": 3}],
+        )
+    )
+    a, b = tracker.get("a", "c"), tracker.get("b", "c")
+    assert a is not None and b is not None
+    assert (a.title, a.kind, a.content) == ("ls", "execute", None)
+    assert b.content == [Diff(path="/w/x", new_text="hi")]
+    assert b.locations is not None and b.locations[0].line == 3
+    assert [s.tool_call_id for s in tracker.session("a")] == ["c"]
+    tracker.forget_session("a")
+    assert tracker.get("a", "c") is None and tracker.get("b", "c") is b
+
+
+def test_awaiting_approval_counts_overlapping_requests() -> None:
+    tracker = ToolCallTracker()
+    update = ToolCallUpdate(tool_call_id="c", title="rm", status="pending")
+    state = tracker.begin_approval("s", update)
+    tracker.begin_approval("s", update)
+    tracker.end_approval("s", "c")
+    assert state.awaiting_approval
+    tracker.end_approval("s", "c")
+    assert not state.awaiting_approval
+
+
+def test_updates_that_are_not_tool_calls_or_unreadable_are_ignored() -> None:
+    tracker = ToolCallTracker()
+    assert tracker.apply_notification(_note("s", "agent_message_chunk")) is None
+    assert tracker.apply_notification(b"[1, 2]") is None
+    assert tracker.apply_notification(b"{not json") is None
+    odd = tracker.apply_notification(_note("s", "tool_call", content=[{"type": "hologram"}]))
+    assert odd is not None and odd.content is None  # unknown content kept out, status still folded
