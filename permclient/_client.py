@@ -64,6 +64,7 @@ _RECEIVE_SIZE: Final = 256 * 1024
 _FLUSH_GRACE_S: Final = 2.0
 _BACKLOG_LIMIT: Final = 4096
 _CANCELLED: Final = Cancelled()
+_NO_RESULT: Final = object()
 _PERMISSION_CANCELLED: Final = PermissionResponse(_CANCELLED)
 
 
@@ -138,6 +139,14 @@ class _Outbound:
         self.error: Exception | None = None
 
 
+class _Route:
+    __slots__ = ("cancelled_result", "handler")
+
+    def __init__(self, handler: RequestHandler, cancelled_result: Any) -> None:
+        self.handler = handler
+        self.cancelled_result = cancelled_result
+
+
 class _HandlerEntry:
     __slots__ = ("handler", "pending")
 
@@ -151,6 +160,7 @@ class _Inbound:
 
     __slots__ = (
         "answered",
+        "cancelled_result",
         "entry",
         "id",
         "is_permission",
@@ -169,6 +179,7 @@ class _Inbound:
         self.is_permission = False
         self.entry: _HandlerEntry | None = None
         self.tool_call_id: str | None = None
+        self.cancelled_result: Any = _NO_RESULT
 
 
 class _SessionScoped(msgspec.Struct, rename="camel"):
@@ -215,7 +226,7 @@ class Client:
         self._outbound: dict[RequestId, _Outbound] = {}
         self._inbound: dict[RequestId | None, _Inbound] = {}
         self._permission_handlers: dict[str, list[_HandlerEntry]] = {}
-        self._request_handlers: dict[str, RequestHandler] = {}
+        self._request_handlers: dict[str, _Route] = {}
         self._notification_callbacks: dict[str, list[NotificationCallback]] = {}
         self._session_callbacks: dict[str, list[NotificationCallback]] = {}
         self._backlog: deque[InboundNotification] = deque(maxlen=_BACKLOG_LIMIT)
@@ -349,13 +360,17 @@ class Client:
             if s.is_permission and (session_id is None or s.session_id == session_id)
         )
 
-    def on_request(self, method: str, handler: RequestHandler) -> Registration:
+    def on_request(
+        self, method: str, handler: RequestHandler, *, cancelled_result: Any = _NO_RESULT
+    ) -> Registration:
         """Answer inbound requests of ``method`` with ``await handler(params)``.
 
         ``params`` is the decoded JSON. The handler's return value is the result;
         raising :class:`RequestError` answers with that error, any other exception
-        answers -32603, and a peer cancel answers -32800. Methods with no handler
-        get -32601. Returns a :class:`Registration` that removes the handler.
+        answers -32603. A peer cancel cancels the handler's scope and answers at
+        once: -32800, or ``cancelled_result`` as a success result when given
+        (e.g. ``{"stopReason": "cancelled"}`` for a turn). Methods with no
+        handler get -32601. Returns a :class:`Registration` that removes the handler.
 
         Raises :class:`ValueError` for ``session/request_permission`` (use
         :meth:`permission_handler`) or a method that already has a handler.
@@ -364,10 +379,10 @@ class Client:
             raise ValueError("permission requests are routed per session: use permission_handler()")
         if method in self._request_handlers:
             raise ValueError(f"a handler for {method!r} is already registered")
-        self._request_handlers[method] = handler
+        route = self._request_handlers[method] = _Route(handler, cancelled_result)
 
         def undo() -> None:
-            if self._request_handlers.get(method) is handler:
+            if self._request_handlers.get(method) is route:
                 del self._request_handlers[method]
 
         return Registration(undo)
@@ -602,8 +617,8 @@ class Client:
         if message.method == PERMISSION_METHOD:
             self._on_permission_request(message)
             return
-        handler = self._request_handlers.get(message.method)
-        if handler is None:
+        route = self._request_handlers.get(message.method)
+        if route is None:
             self._queue(
                 encode_error(
                     message.id, ErrorCode.METHOD_NOT_FOUND, f"method not found: {message.method}"
@@ -618,8 +633,9 @@ class Client:
             )
             return
         state = _Inbound(message.id, None)
+        state.cancelled_result = route.cancelled_result
         self._inbound[message.id] = state
-        self._nursery.start_soon(self._run_request, state, handler, params)
+        self._nursery.start_soon(self._run_request, state, route.handler, params)
 
     def _emit(self, event: str, **fields: Any) -> None:
         if self._telemetry is not None:
@@ -716,9 +732,12 @@ class Client:
             return
         state.scope.cancel()
         if not state.is_permission:
-            self._queue(
-                encode_error(state.id, ErrorCode.REQUEST_CANCELLED, f"request cancelled ({by})")
-            )
+            if state.cancelled_result is _NO_RESULT:
+                self._queue(
+                    encode_error(state.id, ErrorCode.REQUEST_CANCELLED, f"request cancelled ({by})")
+                )
+            else:
+                self._queue(encode_result(state.id, state.cancelled_result))
             return
         self._queue(encode_result(state.id, _PERMISSION_CANCELLED))
         self._emit(

@@ -737,3 +737,24 @@ async def test_telemetry_records_every_approval_path() -> None:
     assert cancelled["by"] == "peer" and cancelled["request_id"] == 2
     assert by_event["approval.unrouted"][0]["session_id"] == "other"
     assert by_event["approval.malformed"][0]["request_id"] == 4
+
+
+async def test_peer_cancel_can_answer_with_a_result_for_turn_like_requests() -> None:
+    async with connected() as (client, peer):
+        entered = trio.Event()
+
+        async def turn(params: Any) -> dict[str, str]:
+            entered.set()
+            await trio.sleep_forever()
+            return {"stopReason": "end_turn"}  # pragma: no cover - cancelled
+
+        with client.on_request("chatSend", turn, cancelled_result={"stopReason": "cancelled"}):
+            request_id = await peer.request("chatSend", {"sessionId": "s", "text": "x"})
+            await entered.wait()
+            await peer.notify("$/cancelRequest", {"id": request_id})
+            assert await peer.receive() == {
+                "jsonrpc": "2.0",
+                "id": request_id,
+                "result": {"stopReason": "cancelled"},
+            }
+            await assert_nothing_more(peer)
