@@ -67,8 +67,13 @@ class Session:
 
 
 @asynccontextmanager
-async def acp_session(argv: list[str], tmp_path: Path) -> AsyncIterator[Session]:
-    """Spawn the agent, initialize, open one session, and collect its notifications."""
+async def acp_session(
+    argv: list[str], tmp_path: Path, *, listen: bool = True
+) -> AsyncIterator[Session]:
+    """Spawn the agent, initialize, open one session, and collect its notifications.
+
+    With ``listen=False`` no session callback is registered: the caller does it.
+    """
     async with permclient.open_process(argv, dialect="acp") as client:
         init = await client.request(
             "initialize",
@@ -82,6 +87,9 @@ async def acp_session(argv: list[str], tmp_path: Path) -> AsyncIterator[Session]
         assert init["agentInfo"]["name"] == "permclient-interop-agent"
         created = await client.request("session/new", {"cwd": str(tmp_path), "mcpServers": []})
         session = Session(client, created["sessionId"])
+        if not listen:
+            yield session
+            return
         # Replays anything the agent sent for the session before this registration.
         with client.on_session_notification(session.id, session.on_notification):
             yield session
@@ -219,3 +227,29 @@ async def test_session_cancel_answers_the_pending_permission_cancelled(
     assert handler_cancelled == ["call-wait"]
     assert results == [{"stopReason": "cancelled"}]
     assert session.agent_text() == ["call-wait: cancelled"]
+
+
+async def test_updates_sent_before_the_callback_is_registered_are_replayed(
+    agent_argv: list[str], tmp_path: Path
+) -> None:
+    with trio.fail_after(TEST_BOUND_S):
+        async with acp_session(agent_argv, tmp_path, listen=False) as session:
+            client = session.client
+            with client.permission_handler(session.id, recording([], lambda _r: Selected("deny"))):
+                result = await session.prompt("approve me")
+            # Every update of the turn arrived before its response, with no callback yet.
+            with client.on_session_notification(session.id, session.on_notification):
+                replayed = list(session.updates)
+            # Held updates are delivered once: a second registration gets nothing old.
+            late: list[InboundNotification] = []
+            with client.on_session_notification(session.id, late.append):
+                pass
+
+    assert result["stopReason"] == "end_turn"
+    assert [(u["sessionUpdate"], u.get("status")) for u in replayed] == [
+        ("tool_call", "pending"),
+        ("tool_call_update", "failed"),
+        ("agent_message_chunk", None),
+    ]
+    assert session.agent_text() == ["call-1: selected deny"]
+    assert late == []

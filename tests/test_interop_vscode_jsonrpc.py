@@ -170,7 +170,9 @@ async def test_cancelling_chat_send_answers_its_pending_permission(peer_argv: li
     permission_responses = [
         m for m in received if m.get("id") == log["permissionId"] and "method" not in m
     ]
-    assert permission_responses == [{"jsonrpc": "2.0", "id": log["permissionId"], "result": CANCELLED}]
+    assert permission_responses == [
+        {"jsonrpc": "2.0", "id": log["permissionId"], "result": CANCELLED}
+    ]
 
 
 async def test_cancelling_an_outbound_request_cancels_the_runtime_token(

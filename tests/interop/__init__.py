@@ -35,8 +35,13 @@ TEST_BOUND_S = 30.0
 
 
 def interop_required() -> bool:
-    """True when a missing interop dependency must fail the test instead of skipping it."""
-    return os.environ.get(REQUIRE_ENV, "").strip() == "1"
+    """True when a missing interop dependency must fail the test instead of skipping it.
+
+    ``PERMCLIENT_REQUIRE_INTEROP=1`` is the documented switch; any other value except
+    empty, ``0``, ``false`` or ``no`` also counts, so a typo fails closed.
+    """
+    value = os.environ.get(REQUIRE_ENV, "").strip().lower()
+    return value not in {"", "0", "false", "no"}
 
 
 def unavailable(reason: str) -> NoReturn:
