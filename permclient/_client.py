@@ -639,7 +639,11 @@ class Client:
 
     def _emit(self, event: str, **fields: Any) -> None:
         if self._telemetry is not None:
-            self._telemetry.emit(event, **fields)
+            try:
+                self._telemetry.emit(event, **fields)
+            except Exception:
+                # Telemetry proves what happened; it never gets to change an answer.
+                log.exception("telemetry sink failed on %s", event)
 
     def _on_permission_request(self, message: Request) -> None:
         request_id = message.id
@@ -679,7 +683,7 @@ class Client:
             request_id=request_id,
             session_id=session_id,
             tool_call_id=state.tool_call_id,
-            options=list(request.option_ids),
+            options=[option.option_id for option in request.options],
         )
         self._nursery.start_soon(self._run_permission, state, request, entry.handler)
 
@@ -845,7 +849,8 @@ async def open_client(
 
     ``dialect`` is ``"bridge"`` (Content-Length framing, ``$/cancelRequest``) or
     ``"acp"`` (newline-delimited, ``$/cancel_request``). Leaving the context
-    answers every pending inbound request ``cancelled``, fails pending requests
+    answers every pending permission request ``cancelled`` (other inbound
+    requests get -32800, or their ``cancelled_result``), fails pending requests
     with :class:`ConnectionClosed`, flushes queued answers (up to 2 s, shielded)
     and closes the stream.
 

@@ -330,7 +330,7 @@ async def test_a_handler_that_swallows_its_cancellation_still_gets_one_cancelled
 
         async def stubborn(req: PermissionRequest) -> Selected:
             arrived.set()
-            try:
+            try:  # noqa: SIM105 - spelled out: this handler is the bug under test
                 await trio.sleep_forever()
             except trio.Cancelled:
                 pass  # a buggy handler: it swallows the cancel and approves anyway
@@ -512,7 +512,7 @@ async def test_body_exception_is_not_wrapped_in_an_exception_group() -> None:
 async def test_invalid_json_gets_parse_error_with_null_id_and_the_connection_lives(
     dialect: str,
 ) -> None:
-    async with connected(dialect) as (client, peer):
+    async with connected(dialect) as (_client, peer):
         await peer.send_raw(peer.framer_type.encode(b'{"jsonrpc": "2.0", "id": 1, "method"'))
         reply = await peer.receive()
         assert reply["id"] is None and reply["error"]["code"] == -32700
@@ -523,7 +523,7 @@ async def test_invalid_json_gets_parse_error_with_null_id_and_the_connection_liv
     "body", [b"[]", b'[{"jsonrpc":"2.0","id":1,"method":"x"}]', b"42", b'"str"', b"null"]
 )
 async def test_non_object_or_batch_gets_invalid_request(body: bytes) -> None:
-    async with connected() as (client, peer):
+    async with connected() as (_client, peer):
         await peer.send_raw(peer.framer_type.encode(body))
         reply = await peer.receive()
         assert reply == {
@@ -535,7 +535,7 @@ async def test_non_object_or_batch_gets_invalid_request(body: bytes) -> None:
 
 
 async def test_invalid_request_with_a_readable_id_is_answered_with_that_id() -> None:
-    async with connected() as (client, peer):
+    async with connected() as (_client, peer):
         await peer.send({"jsonrpc": "2.0", "id": 5, "method": 12})
         reply = await peer.receive()
         assert reply["id"] == 5 and reply["error"]["code"] == -32600
@@ -575,7 +575,7 @@ async def test_malformed_header_closes_the_connection_and_fails_pending_calls() 
 
 
 async def test_unregistered_reverse_request_gets_method_not_found() -> None:
-    async with connected("acp") as (client, peer):
+    async with connected("acp") as (_client, peer):
         request_id = await peer.request("terminal/create", {"command": "ls"})
         reply = await peer.receive()
         assert reply["id"] == request_id and reply["error"]["code"] == -32601
@@ -758,3 +758,25 @@ async def test_peer_cancel_can_answer_with_a_result_for_turn_like_requests() -> 
                 "result": {"stopReason": "cancelled"},
             }
             await assert_nothing_more(peer)
+
+
+async def test_a_failing_telemetry_sink_never_changes_or_loses_an_answer() -> None:
+    class BrokenSink:
+        def emit(self, event: str, /, **fields: Any) -> None:
+            raise OSError("disk full")
+
+    async with connected(telemetry=BrokenSink()) as (client, peer):
+        waiter = Waiter()
+        with client.permission_handler("s", waiter):
+            await peer.ask_permission("s", "a", request_id=1)
+            await waiter.arrived.wait()
+            waiter.release.set()
+            assert await peer.receive() == {"jsonrpc": "2.0", "id": 1, "result": selected("allow")}
+            waiter.release = trio.Event()
+            await peer.ask_permission("s", "b", request_id=2)
+            while len(waiter.seen) < 2:
+                await trio.testing.wait_all_tasks_blocked()
+            await peer.notify("$/cancelRequest", {"id": 2})
+            assert await peer.receive() == {"jsonrpc": "2.0", "id": 2, "result": CANCELLED}
+            await peer.ask_permission("nobody", request_id=3)
+            assert await peer.receive() == {"jsonrpc": "2.0", "id": 3, "result": CANCELLED}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import textwrap
@@ -17,11 +18,12 @@ from permclient import PermissionRequest, Selected
 # only the process-group kill can stop them.
 STUBBORN = textwrap.dedent(
     """
-    import os, signal, subprocess, sys, time
+    import json, signal, subprocess, sys, time
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     child = subprocess.Popen([sys.executable, "-c",
         "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"])
-    sys.stderr.write(f"grandchild {child.pid}\\n"); sys.stderr.flush()
+    note = {"jsonrpc": "2.0", "method": "started", "params": {"sessionId": "boot", "grandchild": child.pid}}
+    sys.stdout.write(json.dumps(note) + "\\n"); sys.stdout.flush()
     time.sleep(600)
     """
 )
@@ -39,19 +41,6 @@ ASKER = textwrap.dedent(
 )
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie still answers kill(0); it is not running.
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 async def test_answers_a_real_child_and_sends_its_stderr_to_a_file(tmp_path: Path) -> None:
     log = tmp_path / "runtime.log"
 
@@ -65,26 +54,34 @@ async def test_answers_a_real_child_and_sends_its_stderr_to_a_file(tmp_path: Pat
             with client.permission_handler("s", ok):
                 assert client.process is not None
                 await client.process.wait()
-    assert log.read_text() == (
-        'answer {"jsonrpc":"2.0","id":0,"result":{"outcome":{"outcome":"selected","optionId":"ok"}}}\n'
-    )
+    answer = {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "result": {"outcome": {"outcome": "selected", "optionId": "ok"}},
+    }
+    assert log.read_text() == f"answer {json.dumps(answer, separators=(',', ':'))}\n"
 
 
-async def test_leaving_the_context_stops_a_stubborn_child_and_its_children(tmp_path: Path) -> None:
-    log = tmp_path / "runtime.log"
+async def test_leaving_the_context_stops_a_stubborn_child_and_its_children() -> None:
+    started = trio.Event()
+    pidfds: list[int] = []
+
+    def on_started(note: permclient.InboundNotification) -> None:
+        # A pidfd turns readable when the process ends, even one that is not our child.
+        pidfds.append(os.pidfd_open(note.params["grandchild"]))
+        started.set()
+
     with trio.fail_after(30):
-        async with permclient.open_process([sys.executable, "-c", STUBBORN], stderr=log) as client:
+        async with permclient.open_process(
+            [sys.executable, "-c", STUBBORN], dialect="acp"
+        ) as client:
             assert client.process is not None
-            pid = client.process.pid
-            while "grandchild" not in log.read_text():
-                await trio.sleep(0.05)  # real child process: no fake clock can speed it up
-    grandchild = int(log.read_text().split()[1])
-    assert client.process.returncode is not None
-    assert not _alive(pid)
-    # The grandchild is not ours to wait for; SIGKILL to its group lands promptly.
-    with trio.fail_after(5):
-        while _alive(grandchild):
-            await trio.sleep(0.01)
+            client.on_session_notification("boot", on_started)  # replays if it came first
+            await started.wait()
+        assert client.process.returncode is not None
+        # The grandchild ignores SIGTERM and is not ours to wait for: the group SIGKILL ends it.
+        await trio.lowlevel.wait_readable(pidfds[0])
+    os.close(pidfds[0])
 
 
 async def test_a_missing_executable_raises_a_clear_os_error() -> None:

@@ -15,7 +15,10 @@ RANK = {"pending": 0, "in_progress": 1, "completed": 2, "failed": 2}
 
 def _note(session: str, update_kind: str, **update: Any) -> bytes:
     return msgspec.json.encode(
-        {"sessionId": session, "update": {"sessionUpdate": update_kind, "toolCallId": "c", **update}}
+        {
+            "sessionId": session,
+            "update": {"sessionUpdate": update_kind, "toolCallId": "c", **update},
+        }
     )
 
 
