@@ -306,9 +306,13 @@ def main() -> int:
         ratio = f"{r['rate'] / official['rate']:.2f}x" if official else "n/a"
         verdicts = ""
         if r["key"].startswith("permclient"):
-            rate_ok = official is not None and r["rate"] / official["rate"] >= TARGET_RATIO
+            if official is None:
+                rate_verdict = "n/a"
+            else:
+                rate_ok = r["rate"] / official["rate"] >= TARGET_RATIO
+                rate_verdict = "met" if rate_ok else "NOT met"
             verdicts = (
-                f"  ratio {'met' if rate_ok else 'NOT met'}, "
+                f"  ratio {rate_verdict}, "
                 f"CPU {'met' if r['cpu_us'] <= TARGET_CPU_US else 'NOT met'}"
             )
         print(

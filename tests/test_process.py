@@ -22,7 +22,8 @@ STUBBORN = textwrap.dedent(
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     child = subprocess.Popen([sys.executable, "-c",
         "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"])
-    note = {"jsonrpc": "2.0", "method": "started", "params": {"sessionId": "boot", "grandchild": child.pid}}
+    params = {"sessionId": "boot", "grandchild": child.pid}
+    note = {"jsonrpc": "2.0", "method": "started", "params": params}
     sys.stdout.write(json.dumps(note) + "\\n"); sys.stdout.flush()
     time.sleep(600)
     """
