@@ -127,9 +127,10 @@ async def _permclient_runs(dialect: str, framing: str, args: argparse.Namespace,
         return permclient.Selected("allow")
 
     runs = []
+    name: permclient.DialectName = "bridge" if dialect == "bridge" else "acp"
     async with permclient.open_process(
-        agent_argv(framing, args), dialect=dialect, stderr=log
-    ) as client:  # type: ignore[arg-type]
+        agent_argv(framing, args), dialect=name, stderr=log
+    ) as client:
         with ExitStack() as stack:
             for k in range(args.sessions):
                 stack.enter_context(client.permission_handler(session_name(k), allow))
