@@ -65,6 +65,7 @@ _FLUSH_GRACE_S: Final = 2.0
 _BACKLOG_LIMIT: Final = 4096
 _CANCELLED: Final = Cancelled()
 _NO_RESULT: Final = object()
+_PERMISSION_TASK: Final = "permclient.permission"
 _PERMISSION_CANCELLED: Final = PermissionResponse(_CANCELLED)
 
 
@@ -605,7 +606,8 @@ class Client:
     # ---------------------------------------------------------- inbound requests
 
     def _on_request(self, message: Request) -> None:
-        self._emit("server_request.start", request_id=message.id, method=message.method)
+        if self._telemetry is not None:
+            self._emit("server_request.start", request_id=message.id, method=message.method)
         if message.id in self._inbound:
             log.warning("peer reused id %r of a pending request; refusing the new one", message.id)
             self._queue(
@@ -678,14 +680,17 @@ class Client:
         self._inbound[request_id] = state
         entry.pending.add(state)
         self.tool_calls.begin_approval(session_id, request.tool_call)
-        self._emit(
-            "approval.requested",
-            request_id=request_id,
-            session_id=session_id,
-            tool_call_id=state.tool_call_id,
-            options=[option.option_id for option in request.options],
+        if self._telemetry is not None:
+            self._emit(
+                "approval.requested",
+                request_id=request_id,
+                session_id=session_id,
+                tool_call_id=state.tool_call_id,
+                options=[option.option_id for option in request.options],
+            )
+        self._nursery.start_soon(
+            self._run_permission, state, request, entry.handler, name=_PERMISSION_TASK
         )
-        self._nursery.start_soon(self._run_permission, state, request, entry.handler)
 
     async def _run_permission(
         self, state: _Inbound, request: PermissionRequest, handler: PermissionHandler
@@ -708,15 +713,16 @@ class Client:
         if not self._retire(state):
             return
         self._queue(encode_result(state.id, PermissionResponse(decision)))
-        latency_ms = round((time.monotonic() - state.started) * 1000, 3)
-        self._emit(
-            "approval.responded",
-            request_id=state.id,
-            session_id=state.session_id,
-            outcome="selected" if isinstance(decision, Selected) else "cancelled",
-            option_id=decision.option_id if isinstance(decision, Selected) else None,
-            latency_ms=latency_ms,
-        )
+        if self._telemetry is not None:
+            selected = isinstance(decision, Selected)
+            self._emit(
+                "approval.responded",
+                request_id=state.id,
+                session_id=state.session_id,
+                outcome="selected" if selected else "cancelled",
+                option_id=decision.option_id if isinstance(decision, Selected) else None,
+                latency_ms=round((time.monotonic() - state.started) * 1000, 3),
+            )
 
     def _retire(self, state: _Inbound) -> bool:
         """Mark ``state`` answered; False if it already was (exactly one response)."""
@@ -816,7 +822,7 @@ class Client:
 def _checked_decision(answer: object, request: PermissionRequest) -> Decision:
     """Accept ``Selected`` of an offered option or ``Cancelled``; anything else is ``Cancelled``."""
     if isinstance(answer, Selected):
-        if answer.option_id in request.option_ids:
+        if request.option(answer.option_id) is not None:
             return answer
         log.warning(
             "handler chose option %r, which was not offered (%s); answered cancelled",

@@ -9,6 +9,7 @@ racing status line.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from typing import Any, Final
 
@@ -97,9 +98,15 @@ class ToolCallTracker:
 
     A :class:`~permclient.Client` keeps one as ``client.tool_calls`` and feeds it
     every ``session/update`` and every permission request; hosts read it.
+
+    Memory is bounded: past ``max_per_session`` tool calls in one session, the
+    oldest ones not awaiting approval are forgotten.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, max_per_session: int = 1024) -> None:
+        if max_per_session < 1:
+            raise ValueError("max_per_session must be at least 1")
+        self._max_per_session = max_per_session
         self._calls: dict[str, dict[str, ToolCallState]] = {}
 
     def get(self, session_id: str, tool_call_id: str) -> ToolCallState | None:
@@ -170,8 +177,21 @@ class ToolCallTracker:
         calls = self._calls.setdefault(session_id, {})
         state = calls.get(tool_call_id)
         if state is None:
+            if len(calls) >= self._max_per_session:
+                self._evict(calls)
             state = calls[tool_call_id] = ToolCallState(session_id, tool_call_id)
         return state
+
+    def _evict(self, calls: dict[str, ToolCallState]) -> None:
+        # Dicts keep insertion order: the first entries are the oldest. Drop a
+        # quarter at once so eviction is amortised, never one awaiting approval.
+        excess = len(calls) - self._max_per_session + 1
+        target = max(excess, self._max_per_session // 4)
+        stale = list(
+            itertools.islice((k for k, v in calls.items() if not v.awaiting_approval), target)
+        )
+        for key in stale:
+            del calls[key]
 
     @staticmethod
     def _merge(

@@ -87,7 +87,7 @@ _UInt32: TypeAlias = Annotated[int, msgspec.Meta(ge=0, le=2**32 - 1)]
 # ------------------------------------------------------------------------- options
 
 
-class PermissionOption(msgspec.Struct, rename="camel", omit_defaults=True):
+class PermissionOption(msgspec.Struct, rename="camel", omit_defaults=True, gc=False):
     """One choice offered to the user: ``{"optionId", "name", "kind"}``.
 
     ``option_id`` is what a :class:`Selected` decision must name; ``name`` is the
@@ -104,7 +104,7 @@ class PermissionOption(msgspec.Struct, rename="camel", omit_defaults=True):
 # -------------------------------------------------------------------- content blocks
 
 
-class Annotations(msgspec.Struct, rename="camel", omit_defaults=True):
+class Annotations(msgspec.Struct, rename="camel", omit_defaults=True, gc=False):
     """Optional display/routing hints attached to a content block."""
 
     audience: list[Role] | None = None
@@ -113,7 +113,9 @@ class Annotations(msgspec.Struct, rename="camel", omit_defaults=True):
     meta: _Meta = msgspec.field(default=None, name="_meta")
 
 
-class _ContentBlockBase(msgspec.Struct, tag_field="type", rename="camel", omit_defaults=True):
+class _ContentBlockBase(
+    msgspec.Struct, tag_field="type", rename="camel", omit_defaults=True, gc=False
+):
     """Base of the content-block variants (discriminated by ``type``)."""
 
 
@@ -187,7 +189,9 @@ ContentBlock: TypeAlias = (
 # ----------------------------------------------------------------- tool-call content
 
 
-class _ToolCallContentBase(msgspec.Struct, tag_field="type", rename="camel", omit_defaults=True):
+class _ToolCallContentBase(
+    msgspec.Struct, tag_field="type", rename="camel", omit_defaults=True, gc=False
+):
     """Base of the tool-call content variants (discriminated by ``type``)."""
 
 
@@ -223,7 +227,7 @@ ToolCallContent: TypeAlias = Content | Diff | Terminal
 """What a tool call shows or produced (ACP ``ToolCallContent``), tagged by ``type``."""
 
 
-class ToolCallLocation(msgspec.Struct, rename="camel", omit_defaults=True):
+class ToolCallLocation(msgspec.Struct, rename="camel", omit_defaults=True, gc=False):
     """A file the tool call reads or writes, with an optional ``line`` number (>= 0)."""
 
     path: str
@@ -231,7 +235,7 @@ class ToolCallLocation(msgspec.Struct, rename="camel", omit_defaults=True):
     meta: _Meta = msgspec.field(default=None, name="_meta")
 
 
-class ToolCallUpdate(msgspec.Struct, rename="camel", omit_defaults=True):
+class ToolCallUpdate(msgspec.Struct, rename="camel", omit_defaults=True, gc=False):
     """A tool call as carried by a permission request (ACP ``ToolCallUpdate``).
 
     Only ``tool_call_id`` is required; every other field is ``None`` when absent (or
@@ -253,7 +257,7 @@ class ToolCallUpdate(msgspec.Struct, rename="camel", omit_defaults=True):
 # ------------------------------------------------------------------ the request
 
 
-class PermissionRequest(msgspec.Struct, rename="camel", omit_defaults=True):
+class PermissionRequest(msgspec.Struct, rename="camel", omit_defaults=True, gc=False):
     """Params of ``session/request_permission``: which session, which tool call, which options.
 
     Fails closed (invariant 2): besides the type checks (``sessionId``, ``toolCall`` and
@@ -299,7 +303,9 @@ class PermissionRequest(msgspec.Struct, rename="camel", omit_defaults=True):
 # ---------------------------------------------------------------- the decision
 
 
-class _OutcomeBase(msgspec.Struct, tag_field="outcome", rename="camel", omit_defaults=True):
+class _OutcomeBase(
+    msgspec.Struct, tag_field="outcome", rename="camel", omit_defaults=True, gc=False
+):
     """Base of the permission outcomes (discriminated by ``outcome``)."""
 
 
@@ -326,7 +332,7 @@ Decision: TypeAlias = Selected | Cancelled
 """The outcome of a permission request (ACP ``RequestPermissionOutcome``)."""
 
 
-class PermissionResponse(msgspec.Struct, rename="camel", omit_defaults=True):
+class PermissionResponse(msgspec.Struct, rename="camel", omit_defaults=True, gc=False):
     """Result of ``session/request_permission``: ``{"outcome": {"outcome": …}}``."""
 
     outcome: Decision
@@ -336,7 +342,7 @@ class PermissionResponse(msgspec.Struct, rename="camel", omit_defaults=True):
 # --------------------------------------------------------------------- cancel
 
 
-class CancelRequestParams(msgspec.Struct, rename="camel", omit_defaults=True):
+class CancelRequestParams(msgspec.Struct, rename="camel", omit_defaults=True, gc=False):
     """Params of a request-cancel notification, in either dialect.
 
     The bridge dialect sends ``$/cancelRequest {"id": …}``, ACP sends

@@ -77,3 +77,13 @@ def test_updates_that_are_not_tool_calls_or_unreadable_are_ignored() -> None:
     assert tracker.apply_notification(b"{not json") is None
     odd = tracker.apply_notification(_note("s", "tool_call", content=[{"type": "hologram"}]))
     assert odd is not None and odd.content is None  # unknown content kept out, status still folded
+
+
+def test_memory_is_bounded_but_calls_awaiting_approval_are_kept() -> None:
+    tracker = ToolCallTracker(max_per_session=8)
+    tracker.begin_approval("s", ToolCallUpdate(tool_call_id="asking"))
+    for n in range(100):
+        tracker.apply_update("s", ToolCallUpdate(tool_call_id=f"c{n}", status="completed"))
+    ids = [state.tool_call_id for state in tracker.session("s")]
+    assert len(ids) <= 8
+    assert "asking" in ids and "c99" in ids
