@@ -1,0 +1,802 @@
+"""The chat's controller: one UI task owns the keyboard; everything else reports to it.
+
+:class:`ChatApp` talks to a bridge runtime through a :class:`permclient.Client`
+and shows everything on a :class:`~simhost.chat.screen.Screen`. It is driven by
+input events (keys from a raw terminal, or lines from a pipe) that
+:meth:`ChatApp.run` consumes one at a time; it needs no terminal, so tests
+feed it events directly.
+
+Concurrency model:
+
+* Turns (``chatSend``) and commands run as tasks. At most one of them is the
+  *foreground job*: the prompt waits for it, and Ctrl-C cancels it. ``/bg``
+  turns run beside it; several sessions can have turns at once (one per session).
+* Each session the chat uses has a permission handler for as long as the chat
+  runs (``client.permission_handler``). The handler puts an
+  :class:`~simhost.chat.approvals.Approval` in the queue and waits. The UI task
+  shows the head of the queue as a card; the others are summed up by a marker.
+  Whatever cancels the handler's scope (the runtime withdrawing the question,
+  the turn being cancelled, the connection closing) takes the card away at once
+  and prints why; the next key goes to whatever is on screen then.
+* A card does not take the keyboard while you are typing a line at the prompt
+  (the marker says one is waiting), and after it comes up it ignores keys for
+  a short moment (``arm_delay``), so a key meant for the prompt, or for a card
+  that was just withdrawn, cannot answer it. There is no default option.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable
+from contextlib import ExitStack
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+import trio
+from rich.text import Text
+
+import simhost
+from permclient import (
+    Cancelled,
+    Client,
+    ConnectionClosed,
+    Decision,
+    InboundNotification,
+    PermissionRequest,
+    RemoteProtocolError,
+    RequestError,
+    Selected,
+)
+
+from .approvals import Approval, ApprovalQueue
+from .card import PermissionCard, option_label, session_label
+from .keys import Key, LineEditor
+from .protocol import (
+    ChatSendResult,
+    InitializeResult,
+    PermissionsResult,
+    SessionHistory,
+    SessionListResult,
+    SessionNewResult,
+    SetPermissionResult,
+    UpdateBody,
+    parse_session_update,
+)
+from .render import (
+    banner,
+    busy_line,
+    help_table,
+    history_view,
+    permissions_view,
+    prompt_line,
+    sessions_table,
+    tool_line,
+    waiting_marker,
+)
+from .screen import Screen, View
+from .terminal import EndOfInput, InputEvent, Interrupt, Line, Terminate
+from .text import visible
+
+__all__ = ["ChatApp", "ChatOptions", "Job"]
+
+DEFAULT_ARM_DELAY_S: Final = 0.25
+_MAX_PARTIAL: Final = 4000
+_CLOSED_POLL_S: Final = 0.25
+_SLASH: Final = Key("char", "/")
+_TOOL_UPDATES: Final = frozenset({"tool_call", "tool_call_update"})
+
+InputMode = Literal["keys", "lines"]
+
+
+@dataclass
+class ChatOptions:
+    """How the chat behaves.
+
+    ``input_mode`` is ``"keys"`` (a raw terminal: number keys, Esc) or
+    ``"lines"`` (a pipe: ``3``, ``esc``). ``arm_delay`` is how long a card that
+    just came up ignores keys (seconds; 0 in line mode).
+    """
+
+    input_mode: InputMode = "keys"
+    arm_delay: float = DEFAULT_ARM_DELAY_S
+    history_limit: int = 40
+
+
+class Job:
+    """A task the chat runs: a turn or a command."""
+
+    __slots__ = ("cancelled_by_user", "is_turn", "label", "scope", "session_id")
+
+    def __init__(self, label: str, session_id: str | None, *, is_turn: bool = False) -> None:
+        self.label = label
+        self.session_id = session_id
+        self.is_turn = is_turn
+        self.scope = trio.CancelScope()
+        self.cancelled_by_user = False
+
+
+class ChatApp:
+    """The ``simhost chat`` controller: see the module docstring."""
+
+    def __init__(
+        self,
+        client: Client,
+        screen: Screen,
+        options: ChatOptions | None = None,
+        *,
+        log_tail: Callable[[], str] | None = None,
+    ) -> None:
+        self.client = client
+        self.screen = screen
+        self.options = options or ChatOptions()
+        self.queue = ApprovalQueue()
+        self.editor = LineEditor()
+        self.titles: dict[str, str | None] = {}
+        self.current: str | None = None
+        self.foreground: Job | None = None
+        self.turns: dict[str, Job] = {}
+        self.exit_code: int | None = None
+        self.init: InitializeResult | None = None
+        self.ready = trio.Event()
+        """Set once the first session is open and the prompt is up."""
+        self._log_tail = log_tail
+        self._registrations = ExitStack()
+        self._adopted: set[str] = set()
+        self._partial: dict[str, str] = {}
+        self._live_calls: dict[tuple[str, str], None] = {}
+        self._plain_status: dict[tuple[str, str], str] = {}
+        self._final_shown: set[tuple[str, str]] = set()
+        self._tool_meta: dict[tuple[str, str], dict[str, Any]] = {}
+        self._shown: Approval | None = None
+        self._changed = trio.Event()
+        self._closing = False
+        self._nursery: trio.Nursery | None = None
+        self._loop_scope = trio.CancelScope()
+
+    # ------------------------------------------------------------------ running
+
+    async def run(self, events: trio.MemoryReceiveChannel[InputEvent]) -> int:
+        """Start (``initialize``, ``sessionNew``), then handle events until quit.
+
+        Returns the exit code: 0 after ``/quit``, Ctrl-C at the prompt or end of
+        input; 1 if the runtime failed or went away; 130 if interrupted while
+        starting. On the way out every running turn is cancelled and every open
+        card answered ``cancelled``.
+        """
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                self._spawn(Job("starting the runtime", None), self._start, foreground=True)
+                if self.client.process is not None:
+                    nursery.start_soon(self._watch_process, self.client.process)
+                nursery.start_soon(self._watch_connection)
+                with self._loop_scope:
+                    async for event in events:
+                        try:
+                            self.handle(event)
+                        finally:
+                            if isinstance(event, Line) and event.handled is not None:
+                                event.handled.set()
+                    self.quit(0)  # every input source is gone
+                self._closing = True
+                nursery.cancel_scope.cancel()
+        finally:
+            self._closing = True
+            self._registrations.close()
+            self._wake()
+        return self.exit_code if self.exit_code is not None else 0
+
+    def quit(self, code: int) -> None:
+        """Leave the event loop with ``code`` (the first code given wins)."""
+        if self.exit_code is None:
+            self.exit_code = code
+        self._closing = True
+        self._loop_scope.cancel()
+        self._wake()
+
+    async def wait_ready(self) -> None:
+        """Wait until the chat takes a line: at the prompt, or while a card is up."""
+        while not self._ready_for_line():
+            await self._changed.wait()
+
+    def _ready_for_line(self) -> bool:
+        if self.exit_code is not None:
+            return True
+        if self._keyboard_card() is not None:
+            return True
+        return self.foreground is None and self.ready.is_set()
+
+    @property
+    def mode(self) -> Literal["card", "busy", "prompt", "starting"]:
+        """What the keyboard drives now."""
+        if self._shown is not None:
+            return "card"
+        if self.foreground is not None:
+            return "busy" if self.ready.is_set() else "starting"
+        return "prompt"
+
+    @property
+    def shown(self) -> Approval | None:
+        """The approval whose card is on screen, if any."""
+        return self._shown
+
+    # ------------------------------------------------------------- input events
+
+    def handle(self, event: InputEvent) -> None:
+        """Act on one input event (synchronously: routing is decided here, atomically)."""
+        if isinstance(event, Key):
+            self._on_key(event)
+        elif isinstance(event, Line):
+            self._on_line(event.text)
+        elif isinstance(event, Interrupt):
+            self._on_interrupt()
+        elif isinstance(event, EndOfInput):
+            self.quit(0)
+        elif isinstance(event, Terminate):
+            self._note(f"received {event.signal_name}: leaving", style="yellow")
+            self.quit(0)
+        self._sync()
+
+    def _on_key(self, key: Key) -> None:
+        if key.name == "ctrl_c":
+            self._on_interrupt()
+            return
+        if self._shown is not None:
+            card = self._keyboard_card()
+            if card is None:
+                return  # just came up: keys are held back for a moment
+            if key == _SLASH and self.foreground is None:
+                self.editor.handle(key)  # a command first: the card waits behind the marker
+                return
+            if key.name == "esc":
+                self._answer(card, Cancelled(), how="Esc")
+            elif key.name == "char" and key.char in "123456789":
+                self._pick(card, int(key.char))
+            return  # Enter and anything else do nothing on a card
+        if key.name == "esc":
+            return
+        if key.name == "ctrl_d":
+            if self.foreground is None and not self.editor.text:
+                self.quit(0)
+            return
+        line = self.editor.handle(key)
+        if line is not None:
+            if self.foreground is not None:
+                self.editor.text = line  # the prompt waits for the turn: keep the line
+                return
+            self._submit(line)
+
+    def _on_line(self, text: str) -> None:
+        text = text.strip()
+        if not text:
+            return
+        card = self._shown
+        if card is not None:
+            lowered = text.lower()
+            if lowered in ("esc", "cancel", "cancelled"):
+                self._answer(card, Cancelled(), how=lowered)
+            elif text.isdigit():
+                self._pick(card, int(text))
+            elif lowered in ("/quit", "/exit"):
+                self.quit(0)
+            else:
+                count = len(card.request.options)
+                self._note(
+                    f"a permission card waits: answer 1-{count} or esc (got {visible(text)!r})",
+                    style="red",
+                )
+            return
+        if self.foreground is not None:
+            self._note("busy: the line was ignored", style="red")
+            return
+        self._submit(text)
+
+    def _on_interrupt(self) -> None:
+        if self.foreground is not None:
+            if not self.ready.is_set():
+                self.quit(130)
+                return
+            self._cancel_job(self.foreground)
+            return
+        card = self._shown
+        if card is not None:
+            turn = self.turns.get(card.session_id)
+            if turn is not None:
+                self._cancel_job(turn)
+            else:
+                self._answer(card, Cancelled(), how="Ctrl-C")
+            return
+        self.quit(0)
+
+    # ------------------------------------------------------------------- cards
+
+    def _visible_card(self) -> Approval | None:
+        head = self.queue.head
+        if head is None or self.exit_code is not None:
+            return None
+        if self.foreground is None and self.editor.text:
+            return None  # you are typing at the prompt: the marker says a card waits
+        return head
+
+    def _keyboard_card(self) -> Approval | None:
+        card = self._shown
+        if card is None or card.shown_at is None:
+            return None
+        if trio.current_time() < card.shown_at + self.options.arm_delay:
+            return None
+        return card
+
+    def _pick(self, card: Approval, number: int) -> None:
+        options = card.request.options
+        if not 1 <= number <= len(options):
+            self._note(f"there is no option {number}: choose 1-{len(options)}", style="red")
+            return
+        self._answer(card, Selected(options[number - 1].option_id), how=str(number))
+
+    def _answer(self, card: Approval, decision: Decision, *, how: str) -> None:
+        card.answer(decision)
+        self.queue.remove(card)
+        line = Text("→ ", style="bold")
+        if isinstance(decision, Selected):
+            option = card.request.option(decision.option_id)
+            assert option is not None
+            line.append_text(option_label(None, option))
+        else:
+            line.append(f"cancelled ({how})", style="red")
+        line.append(f" · {visible(card.tool_title)} · {self._label(card.session_id)}", style="dim")
+        self.screen.print(line)
+
+    async def _ask(self, session_id: str, request: PermissionRequest) -> Decision:
+        """The permission handler of every session the chat uses."""
+        approval = self.queue.add(session_id, request)
+        self._sync()
+        try:
+            await approval.answered.wait()
+        finally:
+            # Withdrawn, turn cancelled, or closing: the card goes, and says why.
+            if approval.decision is None and self.queue.remove(approval):
+                if not self._closing:
+                    self._withdrawn_notice(approval, "withdrawn by the runtime")
+                self._sync()
+        assert approval.decision is not None
+        return approval.decision
+
+    def _withdrawn_notice(self, approval: Approval, reason: str) -> None:
+        self._flush_partial(approval.session_id)
+        line = Text("⊘ ", style="bold yellow")
+        line.append(reason, style="yellow")
+        line.append(
+            f" · {visible(approval.tool_title)} · {self._label(approval.session_id)}", style="dim"
+        )
+        self.screen.print(line)
+
+    # -------------------------------------------------------------- the screen
+
+    def _sync(self) -> None:
+        """Recompute which card is shown, redraw, and wake whoever waits for a change."""
+        card = self._visible_card()
+        if card is not self._shown:
+            if self._shown is not None:
+                self._shown.shown_at = None
+            self._shown = card
+            if card is not None:
+                card.shown_at = trio.current_time()
+                if self.options.arm_delay > 0 and self._nursery is not None and not self._closing:
+                    self._nursery.start_soon(self._arm, card)
+        self.screen.refresh(self._view())
+        self._wake()
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    async def _arm(self, card: Approval) -> None:
+        await trio.sleep(self.options.arm_delay)
+        if card is self._shown:
+            self._sync()
+
+    def _card_hint(self, card: Approval) -> Text:
+        count = len(card.request.options)
+        keys = f"1-{count}" if count > 1 else "1"
+        if self.options.input_mode == "lines":
+            return Text(f"Answer with a line: {keys}, or esc (cancelled).", style="bold")
+        if self._keyboard_card() is None:
+            return Text("… (keys are held back for a moment)", style="dim italic")
+        hint = Text(f"Press {keys} to choose", style="bold")
+        if count > 9:
+            hint.append(" (options after 9 have no key)", style="dim")
+        hint.append(" · Esc answers cancelled · Enter does nothing · Ctrl-C cancels the turn")
+        if self.foreground is None:
+            hint.append(" · / types a command first", style="dim")
+        return hint
+
+    def _view(self) -> View:
+        view = View()
+        tracker = self.client.tool_calls
+        if self.screen.live:
+            for key in self._live_calls:
+                state = tracker.get(*key)
+                if state is None or state.awaiting_approval or state.is_final:
+                    continue  # a card (or the queue marker) speaks for it
+                view.lines.append(
+                    tool_line(state, prefix=self._prefix(key[0]), meta=self._tool_meta.get(key))
+                )
+            for session_id, partial in self._partial.items():
+                if partial:
+                    view.lines.append(self._agent_line(session_id, partial + "▍"))
+        card = self._shown
+        if card is not None:
+            view.card = PermissionCard(
+                card.request,
+                session_title=self.titles.get(card.session_id),
+                position=(1, len(self.queue)),
+                hint=self._card_hint(card),
+            )
+            view.card_id = card.seq
+        waiting = [a for a in self.queue if a is not card]
+        if waiting:
+            note = None
+            if card is None:
+                note = "send or clear (Ctrl-U) your line to answer"
+            view.marker = waiting_marker(waiting, self.titles, note=note)
+        if self.exit_code is None:
+            if self.foreground is not None:
+                view.prompt = busy_line(self.foreground.label, self.editor.text)
+            elif self.current is not None and card is None:
+                view.prompt = prompt_line(self._prompt_label(), self.editor.text)
+        return view
+
+    def _label(self, session_id: str) -> str:
+        return session_label(session_id, self.titles.get(session_id))
+
+    def _prompt_label(self) -> str:
+        if self.current is None:
+            return "?"
+        title = self.titles.get(self.current)
+        return f"{visible(title)} ({visible(self.current)})" if title else visible(self.current)
+
+    def _prefix(self, session_id: str) -> str:
+        return "" if session_id == self.current else f"[{visible(session_id)}] "
+
+    def _agent_line(self, session_id: str, text: str) -> Text:
+        line = Text()
+        line.append(self._prefix(session_id), style="dim")
+        line.append(visible(text))
+        return line
+
+    def _note(self, message: str, *, style: str = "dim") -> None:
+        self.screen.print(Text(message, style=style))
+
+    # ------------------------------------------------------------ notifications
+
+    def _on_notification(self, notification: InboundNotification) -> None:
+        if notification.method != "session/update":
+            return
+        parsed = parse_session_update(notification.params)
+        if parsed is None:
+            return
+        session_id, body = parsed.session_id, parsed.update
+        if body.session_update == "agent_message_chunk":
+            if body.text:
+                self._stream(session_id, body.text)
+        elif body.session_update in _TOOL_UPDATES:
+            self._tool_event(session_id, body)
+        else:
+            return
+        self._sync()
+
+    def _stream(self, session_id: str, text: str) -> None:
+        pending = self._partial.get(session_id, "") + text
+        *done, rest = pending.split("\n")
+        for line in done:
+            self.screen.print(self._agent_line(session_id, line))
+        if len(rest) > _MAX_PARTIAL or (rest and session_id not in self.turns):
+            # Too long to hold, or no turn of ours will end it: print it now.
+            self.screen.print(self._agent_line(session_id, rest))
+            rest = ""
+        self._partial[session_id] = rest
+
+    def _flush_partial(self, session_id: str) -> None:
+        rest = self._partial.pop(session_id, "")
+        if rest:
+            self.screen.print(self._agent_line(session_id, rest))
+
+    def _tool_event(self, session_id: str, body: UpdateBody) -> None:
+        tool_call_id = body.tool_call_id
+        if not tool_call_id:
+            return
+        key = (session_id, tool_call_id)
+        meta = body.simhost_meta
+        if meta:
+            self._tool_meta[key] = meta
+        state = self.client.tool_calls.get(session_id, tool_call_id)
+        if state is None or key in self._final_shown:
+            return
+        if state.is_final:
+            self._flush_partial(session_id)
+            self._live_calls.pop(key, None)
+            self._final_shown.add(key)
+            self.screen.print(
+                tool_line(state, prefix=self._prefix(session_id), meta=self._tool_meta.get(key))
+            )
+        elif self.screen.live:
+            self._live_calls[key] = None
+        elif self._plain_status.get(key) != state.status:
+            self._flush_partial(session_id)
+            self._plain_status[key] = state.status
+            self.screen.print(
+                tool_line(state, prefix=self._prefix(session_id), meta=self._tool_meta.get(key))
+            )
+
+    def _end_of_turn(self, session_id: str) -> None:
+        """Print what the live region still held for the session."""
+        self._flush_partial(session_id)
+        tracker = self.client.tool_calls
+        for key in [k for k in self._live_calls if k[0] == session_id]:
+            del self._live_calls[key]
+            state = tracker.get(*key)
+            if state is not None and key not in self._final_shown:
+                self.screen.print(
+                    tool_line(state, prefix=self._prefix(session_id), meta=self._tool_meta.get(key))
+                )
+
+    # -------------------------------------------------------------------- jobs
+
+    def _spawn(
+        self, job: Job, fn: Callable[..., Awaitable[None]], *args: Any, foreground: bool
+    ) -> None:
+        assert self._nursery is not None
+        if foreground:
+            self.foreground = job
+        if job.is_turn and job.session_id is not None:
+            self.turns[job.session_id] = job
+        self._nursery.start_soon(self._run_job, job, fn, *args)
+
+    async def _run_job(self, job: Job, fn: Callable[..., Awaitable[None]], *args: Any) -> None:
+        failed = False
+        try:
+            with job.scope:
+                await fn(*args)
+            if job.scope.cancelled_caught and not self._closing:
+                if job.is_turn and job.session_id is not None:
+                    self._end_of_turn(job.session_id)
+                    self._note(f"⏹ turn cancelled · {self._label(job.session_id)}", style="yellow")
+                else:
+                    self._note(f"cancelled: {job.label}", style="yellow")
+        except RequestError as exc:
+            failed = True
+            self._note(f"{job.label}: the runtime answered with an error {exc}", style="red")
+        except RemoteProtocolError as exc:
+            failed = True
+            self._note(f"{job.label}: unexpected answer from the runtime: {exc}", style="red")
+        except ConnectionClosed as exc:
+            failed = True
+            self._connection_lost(str(exc))
+        finally:
+            if self.foreground is job:
+                self.foreground = None
+            if job.is_turn and job.session_id is not None:
+                if self.turns.get(job.session_id) is job:
+                    del self.turns[job.session_id]
+                if failed:
+                    self._end_of_turn(job.session_id)
+            if not self.ready.is_set() and not self._closing:
+                # The start failed or was cancelled: there is no session to talk to.
+                self.quit(1 if failed else 130)
+            self._sync()
+
+    def _cancel_job(self, job: Job) -> None:
+        job.cancelled_by_user = True
+        if job.is_turn and job.session_id is not None:
+            # permclient answers the session's open questions ``cancelled`` as the
+            # chatSend is abandoned; take their cards down now, in this same step.
+            for approval in self.queue:
+                if approval.session_id == job.session_id:
+                    self.queue.remove(approval)
+                    self._withdrawn_notice(approval, "answered cancelled: you cancelled the turn")
+        job.scope.cancel()
+
+    def _connection_lost(self, reason: str) -> None:
+        if self._closing:
+            return
+        self._note(f"the runtime connection is gone ({reason})", style="bold red")
+        self._show_log_tail()
+        self.quit(1)
+
+    def _show_log_tail(self) -> None:
+        if self._log_tail is None:
+            return
+        tail = self._log_tail().strip()
+        if tail:
+            self.screen.print(Text("runtime log (last lines):", style="bold"))
+            self.screen.print(Text(visible(tail), style="dim"))
+
+    async def _watch_connection(self) -> None:
+        # permclient has no "wait until closed" call: poll. A request in flight
+        # learns of it at once (ConnectionClosed); this covers an idle chat.
+        while self.client.closed_reason is None:  # noqa: ASYNC110 - no event to wait on
+            await trio.sleep(_CLOSED_POLL_S)
+        self._connection_lost(self.client.closed_reason)
+
+    async def _watch_process(self, process: trio.Process) -> None:
+        code = await process.wait()
+        if not self._closing:
+            self._note(f"the runtime exited (code {code})", style="bold red")
+            self._show_log_tail()
+            self.quit(1)
+
+    # -------------------------------------------------------------- sessions
+
+    def _adopt(self, session_id: str, title: str | None) -> None:
+        """Remember a session and route its questions and updates to us from now on."""
+        self.titles[session_id] = title
+        if session_id in self._adopted:
+            return
+        self._adopted.add(session_id)
+        self._registrations.enter_context(
+            self.client.permission_handler(session_id, functools.partial(self._ask, session_id))
+        )
+        self._registrations.enter_context(
+            self.client.on_session_notification(session_id, self._on_notification)
+        )
+
+    async def _start(self) -> None:
+        self.init = await self.client.request(
+            "initialize",
+            {"clientInfo": {"name": "simhost-chat", "version": simhost.__version__}},
+            result_type=InitializeResult,
+        )
+        pid = self.client.process.pid if self.client.process is not None else None
+        self.screen.print(banner(self.init, pid=pid))
+        await self._new_session(None)
+        self.ready.set()
+
+    async def _new_session(self, title: str | None) -> None:
+        params = {"title": title} if title else {}
+        created = await self.client.request("sessionNew", params, result_type=SessionNewResult)
+        session_id = created.session_id
+        try:
+            info = await self.client.request(
+                "sessionRead", {"sessionId": session_id}, result_type=SessionHistory
+            )
+            title = info.title
+        except RequestError:
+            pass
+        self._adopt(session_id, title)
+        self.current = session_id
+        self._note(f"● new session {self._label(session_id)} — current", style="green")
+
+    # -------------------------------------------------------------- commands
+
+    def _submit(self, line: str) -> None:
+        text = line.strip()
+        self.screen.print(prompt_line(self._prompt_label(), visible(text), cursor=False))
+        if not text.startswith("/"):
+            self._start_turn(text, background=False)
+            return
+        name, _, arg = text.partition(" ")
+        arg = arg.strip()
+        session_id = self.current
+        if name in ("/quit", "/exit"):
+            self.quit(0)
+        elif name == "/help":
+            self.screen.print(help_table())
+        elif name == "/new":
+            self._spawn(
+                Job("creating a session", None), self._new_session, arg or None, foreground=True
+            )
+        elif name == "/sessions":
+            self._spawn(Job("listing sessions", None), self._cmd_sessions, foreground=True)
+        elif name in ("/switch", "/peek"):
+            if not arg:
+                self._note(f"usage: {name} ID", style="red")
+                return
+            peek = name == "/peek"
+            label = f"reading {arg}" if peek else f"switching to {arg}"
+            self._spawn(Job(label, arg), self._cmd_open, arg, peek, foreground=True)
+        elif name == "/policy":
+            if session_id is not None:
+                self._spawn(
+                    Job("permissions", session_id),
+                    self._cmd_policy,
+                    session_id,
+                    arg,
+                    foreground=True,
+                )
+        elif name == "/bg":
+            if not arg:
+                self._note("usage: /bg TEXT", style="red")
+                return
+            self._start_turn(arg, background=True)
+        elif name == "/cancel":
+            target = arg or session_id
+            turn = self.turns.get(target) if target else None
+            if turn is None:
+                self._note(f"no turn runs in {visible(target or '?')}", style="red")
+            else:
+                self._cancel_job(turn)
+        elif name == "/wait":
+            self._spawn(
+                Job("waiting for a card or the end of the turns", None),
+                self._cmd_wait,
+                foreground=True,
+            )
+        else:
+            self._note(f"unknown command {visible(name)!r}: /help lists them", style="red")
+
+    def _start_turn(self, text: str, *, background: bool) -> None:
+        session_id = self.current
+        if session_id is None:
+            return
+        if session_id in self.turns:
+            self._note(
+                f"{self._label(session_id)} already has a turn running: wait, /cancel it, "
+                "or /new a session",
+                style="red",
+            )
+            return
+        where = "in the background " if background else ""
+        job = Job(f"turn {where}in {self._label(session_id)}", session_id, is_turn=True)
+        if background:
+            self._note(f"▶ background turn started in {self._label(session_id)}")
+        self._spawn(job, self._turn, session_id, text, background, foreground=not background)
+
+    async def _turn(self, session_id: str, text: str, background: bool) -> None:
+        result = await self.client.request(
+            "chatSend", {"sessionId": session_id, "text": text}, result_type=ChatSendResult
+        )
+        self._end_of_turn(session_id)
+        where = f" · {self._label(session_id)}" if background or session_id != self.current else ""
+        style = "yellow" if result.stop_reason == "cancelled" else "dim"
+        self._note(f"⏹ turn ended: {visible(result.stop_reason)}{where}", style=style)
+
+    async def _cmd_sessions(self) -> None:
+        listing = await self.client.request("sessionList", {}, result_type=SessionListResult)
+        for row in listing.sessions:
+            if row.session_id in self.titles or row.session_id == self.current:
+                self.titles[row.session_id] = row.title
+        waiting = {
+            row.session_id: self.client.pending_permissions(row.session_id)
+            for row in listing.sessions
+        }
+        running = {
+            sid: ("foreground" if job is self.foreground else "background")
+            for sid, job in self.turns.items()
+        }
+        self.screen.print(
+            sessions_table(listing.sessions, current=self.current, waiting=waiting, running=running)
+        )
+
+    async def _cmd_open(self, session_id: str, peek: bool) -> None:
+        method = "sessionRead" if peek else "sessionLoad"
+        history = await self.client.request(
+            method, {"sessionId": session_id}, result_type=SessionHistory
+        )
+        if not peek:
+            self._adopt(history.session_id, history.title)
+            self.current = history.session_id
+        elif history.session_id in self.titles:
+            self.titles[history.session_id] = history.title
+        self.screen.print(history_view(history, peek=peek, limit=self.options.history_limit))
+
+    async def _cmd_policy(self, session_id: str, preset: str) -> None:
+        if preset:
+            result = await self.client.request(
+                "sessionSetPermission",
+                {"sessionId": session_id, "presetId": preset},
+                result_type=SetPermissionResult,
+            )
+            self._note(
+                f"permission preset of {self._label(session_id)} is now "
+                f"{visible(result.preset_id)}",
+                style="green",
+            )
+            return
+        permissions = await self.client.request(
+            "sessionPermissions", {"sessionId": session_id}, result_type=PermissionsResult
+        )
+        self.screen.print(permissions_view(session_id, self.titles.get(session_id), permissions))
+
+    async def _cmd_wait(self) -> None:
+        while self.queue.head is None and self.turns:
+            await self._changed.wait()

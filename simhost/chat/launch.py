@@ -1,0 +1,183 @@
+"""Wiring: start the runtime, pick the screen and the keyboard, run the chat, clean up.
+
+:func:`run_chat` is what ``simhost chat`` runs inside ``trio.run``. It starts
+the runtime as a child with :func:`permclient.open_process` (bridge dialect,
+its stderr to a log file), puts a terminal in raw mode only when both stdin
+and stdout are terminals (and always restores it), and leaves nothing running:
+leaving ``open_process`` stops the child and its process group.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager, nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Final
+
+import trio
+from rich.console import Console
+from rich.text import Text
+
+import permclient
+
+from .app import DEFAULT_ARM_DELAY_S, ChatApp, ChatOptions
+from .screen import LiveScreen, PlainScreen, Screen
+from .terminal import InputEvent, forward_signals, raw_keyboard, read_keys, read_lines
+from .text import visible
+
+__all__ = ["ChatConfig", "run_chat"]
+
+LOG_NAME: Final = "chat-runtime.log"
+_TAIL_BYTES: Final = 4000
+_TAIL_LINES: Final = 15
+
+
+@dataclass(frozen=True)
+class ChatConfig:
+    """What ``simhost chat`` was asked to do."""
+
+    workspace: Path
+    policy: str | None = None
+    state_dir: Path | None = None
+    telemetry: Path | None = None
+    runtime_cmd: str | None = None
+
+    def runtime_argv(self) -> list[str]:
+        """The runtime's command line.
+
+        The reference runtime by default (``python -m simhost runtime --stdio``
+        with ``--workspace``, and ``--policy`` / ``--state-dir`` when given);
+        ``runtime_cmd`` split like a shell would, used as it is, otherwise.
+        """
+        if self.runtime_cmd:
+            return shlex.split(self.runtime_cmd)
+        argv = [sys.executable, "-m", "simhost", "runtime", "--stdio"]
+        argv += ["--workspace", str(self.workspace)]
+        if self.policy:
+            argv += ["--policy", self.policy]
+        if self.state_dir is not None:
+            argv += ["--state-dir", str(self.state_dir)]
+        return argv
+
+
+class _RuntimeLog:
+    """The runtime's stderr: a file in the state folder, or an anonymous temporary file."""
+
+    def __init__(self, state_dir: Path | None) -> None:
+        self.file: IO[bytes]
+        if state_dir is not None:
+            state_dir.mkdir(parents=True, exist_ok=True)
+            self.path: Path | None = state_dir / LOG_NAME
+            self.file = open(self.path, "ab")  # noqa: SIM115 - closed by close()
+        else:
+            self.path = None
+            self.file = tempfile.TemporaryFile()  # noqa: SIM115 - closed by close()
+        self._start = os.fstat(self.file.fileno()).st_size
+
+    def tail(self) -> str:
+        """The last lines the runtime wrote in this run (reading never moves its offset)."""
+        fd = self.file.fileno()
+        size = os.fstat(fd).st_size
+        start = max(self._start, size - _TAIL_BYTES)
+        data = os.pread(fd, size - start, start)
+        lines = data.decode("utf-8", "replace").splitlines()
+        return "\n".join(lines[-_TAIL_LINES:])
+
+    def close(self) -> None:
+        self.file.close()
+
+
+class _ScreenLogHandler(logging.Handler):
+    """permclient's warnings (a fail-closed answer, a malformed message) on the screen."""
+
+    def __init__(self, screen: Screen) -> None:
+        super().__init__(logging.WARNING)
+        self.screen = screen
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            message = visible(record.getMessage())
+            self.screen.print(Text(f"permclient: {message}", style="dim yellow"))
+        except Exception:  # pragma: no cover - a log line must never break the chat
+            self.handleError(record)
+
+
+@contextmanager
+def _permclient_logs_to(screen: Screen) -> Iterator[None]:
+    logger = logging.getLogger("permclient")
+    handler = _ScreenLogHandler(screen)
+    saved = logger.propagate
+    logger.addHandler(handler)
+    logger.propagate = False  # not to stderr: it would tear through the live region
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = saved
+
+
+async def run_chat(
+    config: ChatConfig,
+    *,
+    console: Console | None = None,
+    err_console: Console | None = None,
+    stdin_fd: int = 0,
+) -> int:
+    """Run ``simhost chat``; returns the exit code (see :meth:`ChatApp.run`)."""
+    console = console or Console(highlight=False)
+    err_console = err_console or Console(stderr=True, highlight=False)
+    keyboard = os.isatty(stdin_fd) and console.is_terminal
+    options = (
+        ChatOptions(input_mode="keys", arm_delay=DEFAULT_ARM_DELAY_S)
+        if keyboard
+        else ChatOptions(input_mode="lines", arm_delay=0.0)
+    )
+    argv = config.runtime_argv()
+    cwd = config.workspace if config.runtime_cmd else None
+    send, receive = trio.open_memory_channel[InputEvent](1024)
+    code = 1
+    with ExitStack() as stack:
+        telemetry = (
+            stack.enter_context(permclient.JsonlTelemetry(config.telemetry))
+            if config.telemetry is not None
+            else None
+        )
+        log = _RuntimeLog(config.state_dir)
+        stack.callback(log.close)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(forward_signals, send)
+            spawned = False
+            try:
+                async with permclient.open_process(
+                    argv, dialect="bridge", stderr=log.file, telemetry=telemetry, cwd=cwd
+                ) as client:
+                    spawned = True
+                    screen: Screen = LiveScreen(console) if keyboard else PlainScreen(console)
+                    app = ChatApp(client, screen, options, log_tail=log.tail)
+                    terminal = raw_keyboard(stdin_fd) if keyboard else nullcontext()
+                    with terminal, _permclient_logs_to(screen):
+                        screen.start()
+                        try:
+                            if keyboard:
+                                nursery.start_soon(read_keys, stdin_fd, send)
+                            else:
+                                nursery.start_soon(read_lines, stdin_fd, send, app.wait_ready)
+                            code = await app.run(receive)
+                        finally:
+                            screen.stop()
+            except OSError as exc:
+                if spawned:
+                    raise
+                err_console.print(
+                    Text(f"simhost chat: could not start the runtime {argv[0]!r}: {exc}")
+                )
+                code = 1
+            nursery.cancel_scope.cancel()
+    console.print(Text("bye: the runtime is stopped", style="dim"))
+    return code

@@ -1,0 +1,292 @@
+"""How the chat shows everything that is not a permission card.
+
+Pure functions from data to Rich renderables; strings from the runtime go
+through :func:`~simhost.chat.text.visible` and are never parsed as markup.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final
+
+from rich.console import Group, RenderableType
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from permclient import ToolCallState
+
+from .approvals import Approval
+from .card import session_label
+from .protocol import (
+    HistoryEntry,
+    InitializeResult,
+    PermissionsResult,
+    SessionHistory,
+    SessionSummary,
+)
+from .text import compact_json, visible
+
+__all__ = [
+    "GLYPHS",
+    "banner",
+    "busy_line",
+    "decision_note",
+    "help_table",
+    "history_view",
+    "permissions_view",
+    "prompt_line",
+    "sessions_table",
+    "tool_line",
+    "waiting_marker",
+]
+
+GLYPHS: Final = {"pending": "○", "in_progress": "◐", "completed": "✓", "failed": "✗"}
+_GLYPH_STYLES: Final = {
+    "pending": "dim",
+    "in_progress": "cyan",
+    "completed": "green",
+    "failed": "red",
+}
+_BY: Final = {
+    "editor": "by you",
+    "policy": "by the policy",
+    "preset": "by the session's preset",
+}
+
+COMMANDS: Final[Sequence[tuple[str, str]]] = (
+    ("TEXT", "send TEXT to the current session (waits for the turn; Ctrl-C cancels it)"),
+    ("/bg TEXT", "send TEXT in the background and keep typing"),
+    ("/new [TITLE]", "start a session and make it current"),
+    ("/sessions", "list sessions: active flag, running turns, approvals waiting"),
+    ("/switch ID", "make session ID current (loads it; the runtime activates it)"),
+    ("/peek ID", "show session ID's history without activating it"),
+    ("/policy [PRESET]", "show the current session's permission preset, or set it"),
+    ("/cancel [ID]", "cancel the running turn of session ID (default: current)"),
+    ("/wait", "wait until a card is up or no turn runs (for scripts)"),
+    ("/help", "this help"),
+    ("/quit", "leave (Ctrl-C at the prompt and Ctrl-D on an empty line too)"),
+)
+KEYS: Final[Sequence[tuple[str, str]]] = (
+    ("1-9", "on a card: choose that option"),
+    ("Esc", "on a card: answer cancelled (a denial)"),
+    ("Enter", "on a card: does nothing (there is no default option)"),
+    ("Ctrl-C", "cancel the turn (its open cards are answered cancelled); at the prompt: quit"),
+    ("Ctrl-U", "clear the line"),
+)
+
+
+def decision_note(meta: Mapping[str, Any]) -> str | None:
+    """What ``_meta.simhost`` says about who decided, e.g. ``denied by you``."""
+    decided_by = meta.get("decidedBy")
+    decision = meta.get("decision")
+    if not isinstance(decided_by, str):
+        return None
+    verb = "allowed" if decision == "allow" else "denied" if decision == "deny" else None
+    if decided_by == "grant":
+        return f"standing grant applied ({verb or visible(str(decision))})"
+    if decided_by == "timeout":
+        return "denied: the question timed out and was withdrawn"
+    who = _BY.get(decided_by, f"by {visible(decided_by)}")
+    return f"{verb or visible(str(decision))} {who}"
+
+
+def tool_line(
+    state: ToolCallState, *, prefix: str = "", meta: Mapping[str, Any] | None = None
+) -> Text:
+    """One line for a tool call: glyph, title, kind, status, and who decided."""
+    status = state.status
+    line = Text(prefix)
+    line.append(GLYPHS.get(status, "?") + " ", style=_GLYPH_STYLES.get(status, ""))
+    line.append(visible(state.title or state.tool_call_id), style="bold")
+    if state.kind:
+        line.append(f"  [{state.kind}]", style="magenta")
+    line.append(f"  {status.replace('_', ' ')}", style=_GLYPH_STYLES.get(status, ""))
+    note = decision_note(meta) if meta else None
+    if note:
+        line.append(f" — {note}", style="yellow" if "grant" in note else "")
+    output = _output_summary(state.raw_output)
+    if output and state.is_final:
+        line.append(f"  {output}", style="dim")
+    return line
+
+
+def _output_summary(raw_output: Any) -> str | None:
+    if isinstance(raw_output, str):
+        text = raw_output
+    elif isinstance(raw_output, dict):
+        for key in ("error", "message", "result", "stdout"):
+            value = raw_output.get(key)
+            if isinstance(value, str) and value.strip():
+                text = value
+                break
+        else:
+            return None
+    else:
+        return None
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    if len(first) > 100:
+        first = first[:99] + "…"
+    return visible(first) or None
+
+
+def sessions_table(
+    sessions: Iterable[SessionSummary],
+    *,
+    current: str | None,
+    waiting: Mapping[str, int],
+    running: Mapping[str, str],
+) -> Table:
+    """The ``/sessions`` table: id, title, active flag, updatedAt, turn, approvals waiting."""
+    table = Table(title="Sessions", title_justify="left", expand=False)
+    table.add_column("id", no_wrap=True)
+    table.add_column("title")
+    table.add_column("active", justify="center")
+    table.add_column("updated")
+    table.add_column("turn")
+    table.add_column("approvals", justify="right")
+    for row in sessions:
+        sid = row.session_id
+        marker = "▶ " if sid == current else "  "
+        count = waiting.get(sid, 0)
+        table.add_row(
+            Text(marker + visible(sid), style="bold" if sid == current else ""),
+            Text(visible(row.title or "")),
+            Text("●", style="green") if row.is_active else Text("·", style="dim"),
+            Text(visible(row.updated_at or ""), style="dim"),
+            Text(running.get(sid, ""), style="cyan"),
+            Text(f"⧗ {count}", style="bold yellow") if count else Text(""),
+        )
+    return table
+
+
+def _history_line(entry: HistoryEntry) -> Text:
+    if entry.role == "user":
+        line = Text("you   ", style="bold cyan")
+    elif entry.role == "tool":
+        glyph = GLYPHS.get(entry.status or "", "•")
+        line = Text(f"tool  {glyph} ", style=_GLYPH_STYLES.get(entry.status or "", "magenta"))
+    else:
+        line = Text(f"{visible(entry.role)[:5]:<6}", style="bold")
+    line.append(visible(entry.text))
+    return line
+
+
+def history_view(history: SessionHistory, *, peek: bool, limit: int = 40) -> Panel:
+    """A session's history; ``peek`` marks it as read without activating."""
+    entries = history.history
+    parts: list[RenderableType] = []
+    if len(entries) > limit:
+        parts.append(Text(f"… {len(entries) - limit} earlier entries", style="dim"))
+        entries = entries[-limit:]
+    parts.extend(_history_line(entry) for entry in entries)
+    if not history.history:
+        parts.append(Text("(no history yet)", style="dim"))
+    what = "peek (not activated)" if peek else "switched to"
+    title = Text(f"{what}: {session_label(history.session_id, history.title)}", style="bold")
+    active = "active" if history.is_active else "not active"
+    return Panel(
+        Group(*parts),
+        title=title,
+        title_align="left",
+        subtitle=Text(f"{active} · updated {visible(history.updated_at or '?')}", style="dim"),
+        subtitle_align="right",
+        border_style="blue" if peek else "green",
+    )
+
+
+def permissions_view(session_id: str, title: str | None, result: PermissionsResult) -> Table:
+    """The ``/policy`` table: presets (current one marked) and standing grants."""
+    table = Table(
+        title=f"Permissions of {session_label(session_id, title)}",
+        title_justify="left",
+        show_header=True,
+    )
+    table.add_column("preset", no_wrap=True)
+    table.add_column("description")
+    for preset in result.presets:
+        chosen = preset.preset_id == result.preset_id
+        marker = "▶ " if chosen else "  "
+        table.add_row(
+            Text(marker + visible(preset.preset_id), style="bold" if chosen else ""),
+            Text(visible(preset.description)),
+        )
+    if not result.presets:
+        table.add_row(Text("▶ " + visible(result.preset_id), style="bold"), Text(""))
+    for grant in result.grants:
+        table.add_row(
+            Text(f"  grant: {visible(grant.tool)}", style="yellow"),
+            Text(f"always {visible(grant.decision)}", style="yellow"),
+        )
+    return table
+
+
+def help_table() -> Table:
+    """Commands and keys."""
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold cyan", no_wrap=True)
+    table.add_column()
+    for name, text in COMMANDS:
+        table.add_row(name, text)
+    table.add_row("", "")
+    for name, text in KEYS:
+        table.add_row(name, text)
+    return table
+
+
+def banner(init: InitializeResult, *, pid: int | None) -> Text:
+    """Which runtime we talk to, its workspace and policy."""
+    info = init.runtime_info
+    text = Text("simhost chat", style="bold")
+    text.append(" · runtime ")
+    text.append(visible(f"{info.name} {info.version}".strip() if info else "?"), style="bold")
+    if pid is not None:
+        text.append(f" (pid {pid})", style="dim")
+    if init.workspace:
+        text.append(" · workspace ")
+        text.append(visible(init.workspace), style="bold")
+    if init.policy is not None:
+        policy = init.policy if isinstance(init.policy, str) else compact_json(init.policy)
+        text.append(" · policy ")
+        text.append(visible(policy), style="bold")
+    text.append("\n/help lists the commands; answer cards with their number keys.", style="dim")
+    return text
+
+
+def waiting_marker(
+    waiting: Sequence[Approval], titles: Mapping[str, str | None], *, note: str | None = None
+) -> Text:
+    """``⧗ 2 approvals waiting: s-2 fs.write: a.txt, s-3 …`` for cards not shown now."""
+    count = len(waiting)
+    text = Text(f"⧗ {count} approval{'s' if count != 1 else ''} waiting: ", style="bold yellow")
+    shown = []
+    for approval in waiting[:3]:
+        title = titles.get(approval.session_id)
+        who = visible(approval.session_id) + (f" '{visible(title)}'" if title else "")
+        shown.append(f"{who} {visible(approval.tool_title)}")
+    text.append(", ".join(shown) + (" …" if count > 3 else ""), style="yellow")
+    if note:
+        text.append(f"  ({note})", style="dim")
+    return text
+
+
+def prompt_line(label: str, text: str, *, cursor: bool = True) -> Text:
+    """``label > text█`` (the block is a drawn cursor)."""
+    line = Text()
+    line.append(label, style="bold cyan")
+    line.append(" > ", style="cyan")
+    line.append(text)
+    if cursor:
+        line.append(" ", style="reverse")
+    return line
+
+
+def busy_line(what: str, typed: str) -> Text:
+    """Shown instead of the prompt while a foreground turn or command runs."""
+    line = Text("… ", style="cyan")
+    line.append(what, style="cyan")
+    line.append("  (Ctrl-C cancels)", style="dim")
+    if typed:
+        line.append("  typed ahead: ", style="dim")
+        line.append(typed)
+    return line

@@ -1,0 +1,187 @@
+"""The keyboard: a raw terminal read key by key, or lines from a pipe or file.
+
+Both sources put :data:`InputEvent` values on a memory channel that a single
+task (the chat's UI loop) consumes. The terminal source reads whenever bytes
+are there; the line source reads the next line only when the chat is ready
+for one (at the prompt, or while a card waits for an answer), so a script's
+answer line is never taken for a prompt, or the other way round.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Final, TypeAlias
+
+import trio
+
+from .keys import Key, KeyDecoder
+
+__all__ = [
+    "EndOfInput",
+    "InputEvent",
+    "Interrupt",
+    "Line",
+    "Terminate",
+    "forward_signals",
+    "raw_keyboard",
+    "read_keys",
+    "read_lines",
+]
+
+ESC_TIMEOUT_S: Final = 0.05
+_READ_SIZE: Final = 4096
+_MAX_LINE: Final = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    """One line of non-terminal input, without its line ending.
+
+    ``handled`` (when given) is set by the consumer once the line has been acted
+    on, so the reader asks whether the chat is ready for the next line only
+    after this one changed its state.
+    """
+
+    text: str
+    handled: trio.Event | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EndOfInput:
+    """stdin was closed."""
+
+
+@dataclass(frozen=True, slots=True)
+class Interrupt:
+    """SIGINT arrived (Ctrl-C when the terminal is not in raw mode)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Terminate:
+    """SIGTERM or SIGHUP arrived: leave now."""
+
+    signal_name: str
+
+
+InputEvent: TypeAlias = Key | Line | EndOfInput | Interrupt | Terminate
+
+
+@contextmanager
+def raw_keyboard(fd: int) -> Iterator[None]:
+    """Put the terminal on ``fd`` in raw input mode; always restore it.
+
+    No line buffering, no echo, no signals from keys (Ctrl-C arrives as the
+    byte ``0x03``), no flow control and no CR-to-LF translation; output
+    processing stays on, so ``\\n`` still returns the carriage.
+    """
+    import termios
+
+    saved = termios.tcgetattr(fd)
+    mode = termios.tcgetattr(fd)
+    mode[0] &= ~(
+        termios.BRKINT
+        | termios.ICRNL
+        | termios.INLCR
+        | termios.IGNCR
+        | termios.ISTRIP
+        | termios.IXON
+    )
+    mode[3] &= ~(termios.ICANON | termios.ECHO | termios.ISIG | termios.IEXTEN)
+    mode[6][termios.VMIN] = 1
+    mode[6][termios.VTIME] = 0
+    termios.tcsetattr(fd, termios.TCSANOW, mode)
+    try:
+        yield
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+
+
+async def read_keys(
+    fd: int, send: trio.MemorySendChannel[InputEvent], *, esc_timeout: float = ESC_TIMEOUT_S
+) -> None:
+    """Read a raw terminal on ``fd`` and send its keys; :class:`EndOfInput` at EOF.
+
+    Waits for readability with trio (the fd stays blocking, so nothing else
+    sharing the terminal sees ``O_NONBLOCK``) and reads what is there.
+    """
+    decoder = KeyDecoder()
+    while True:
+        if decoder.pending:
+            with trio.move_on_after(esc_timeout) as waited:
+                await trio.lowlevel.wait_readable(fd)
+            if waited.cancelled_caught:
+                for key in decoder.flush():
+                    await send.send(key)
+                continue
+        else:
+            await trio.lowlevel.wait_readable(fd)
+        try:
+            data = os.read(fd, _READ_SIZE)
+        except BlockingIOError:
+            continue
+        except OSError:
+            data = b""
+        if not data:
+            await send.send(EndOfInput())
+            return
+        for key in decoder.feed(data):
+            await send.send(key)
+
+
+async def read_lines(
+    fd: int,
+    send: trio.MemorySendChannel[InputEvent],
+    wait_ready: Callable[[], Awaitable[None]],
+) -> None:
+    """Read lines from ``fd`` (a pipe or a file) and send each one when the chat is ready.
+
+    Reads in a worker thread (regular files cannot be polled). A line longer
+    than 1 MiB is cut. Sends :class:`EndOfInput` at EOF, once the chat is ready.
+    """
+    pending = b""
+    eof = False
+    while True:
+        newline = pending.find(b"\n")
+        if newline < 0 and not eof and len(pending) < _MAX_LINE:
+            chunk = await trio.to_thread.run_sync(_read, fd, abandon_on_cancel=True)
+            if chunk:
+                pending += chunk
+            else:
+                eof = True
+            continue
+        await wait_ready()
+        if newline >= 0:
+            raw, pending = pending[:newline], pending[newline + 1 :]
+        elif pending:
+            raw, pending = pending[:_MAX_LINE], pending[_MAX_LINE:]
+        else:
+            await send.send(EndOfInput())
+            return
+        handled = trio.Event()
+        await send.send(Line(raw.decode("utf-8", "replace").rstrip("\r"), handled))
+        await handled.wait()
+
+
+def _read(fd: int) -> bytes:
+    try:
+        return os.read(fd, _READ_SIZE)
+    except OSError:
+        return b""
+
+
+async def forward_signals(send: trio.MemorySendChannel[InputEvent]) -> None:
+    """Turn SIGINT into :class:`Interrupt` and SIGTERM/SIGHUP into :class:`Terminate`."""
+    wanted = [signal.SIGINT, signal.SIGTERM]
+    if sys.platform != "win32":
+        wanted.append(signal.SIGHUP)
+    with trio.open_signal_receiver(*wanted) as signals:
+        async for signum in signals:
+            if signum == signal.SIGINT:
+                await send.send(Interrupt())
+            else:
+                await send.send(Terminate(signal.Signals(signum).name))

@@ -1,0 +1,111 @@
+"""``simhost runtime``: the reference runtime's command line.
+
+Nothing but protocol bytes ever goes to stdout: errors and logs go to stderr.
+Exit codes: 0 when the editor closes stdin, 2 for a bad option (unknown
+dialect, missing workspace, invalid policy), 1 when the state folder cannot be
+created, 130 on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import trio
+import typer
+from rich.console import Console
+from rich.logging import RichHandler
+
+from simhost.runtime.policy import PolicyError, load_policy, shipped_policy_names
+from simhost.runtime.server import RuntimeConfig, serve_stdio
+from simhost.runtime.sessions import default_state_dir
+
+__all__ = ["runtime_command"]
+
+_stderr = Console(stderr=True)
+
+
+def _fail(message: str, code: int) -> typer.Exit:
+    _stderr.print(f"[bold red]simhost runtime:[/] {message}", highlight=False)
+    return typer.Exit(code)
+
+
+def runtime_command(
+    stdio: Annotated[
+        bool,
+        typer.Option(
+            "--stdio/--no-stdio",
+            help="Speak the bridge dialect on stdin/stdout (the only transport so far).",
+        ),
+    ] = True,
+    workspace: Annotated[
+        Path | None,
+        typer.Option(
+            help="Folder the tools act in; paths in prompts are relative to it. "
+            "[default: the current folder]",
+            show_default=False,
+        ),
+    ] = None,
+    policy: Annotated[
+        str,
+        typer.Option(
+            help="Human-in-the-loop policy: a shipped name "
+            f"({', '.join(shipped_policy_names())}) or the path of a JSON policy file.",
+        ),
+    ] = "default",
+    state_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="Folder where sessions are kept. "
+            "[default: $XDG_STATE_HOME/simhost or ~/.local/state/simhost]",
+            show_default=False,
+        ),
+    ] = None,
+    dialect: Annotated[
+        str,
+        typer.Option(help="Wire dialect: bridge (Content-Length framed JSON-RPC)."),
+    ] = "bridge",
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Log what happens to stderr.")
+    ] = False,
+) -> None:
+    """Run the deterministic reference agent runtime (no LLM) for an editor.
+
+    Prompts such as `create notes.txt with hello` or `run ls` become tool calls
+    that act inside the workspace only after the policy or the editor allows them.
+    """
+    if dialect == "acp":
+        raise _fail(
+            "the acp dialect is not implemented yet (it comes in a later release); "
+            "use --dialect bridge",
+            2,
+        )
+    if dialect != "bridge":
+        raise _fail(f"unknown dialect {dialect!r}: expected bridge", 2)
+    if not stdio:
+        raise _fail("--stdio is the only transport so far", 2)
+    folder = (workspace or Path.cwd()).expanduser()
+    if not folder.is_dir():
+        raise _fail(f"workspace {folder} is not a folder", 2)
+    try:
+        loaded, label = load_policy(policy)
+    except PolicyError as exc:
+        raise _fail(str(exc), 2) from None
+    state = (state_dir or default_state_dir()).expanduser().absolute()
+    try:
+        state.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:
+        raise _fail(f"cannot create the state folder {state}: {exc.strerror or exc}", 1) from None
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(message)s",
+        handlers=[RichHandler(console=_stderr, show_path=False)],
+    )
+    config = RuntimeConfig(folder.resolve(), loaded, label, state)
+    try:
+        trio.run(serve_stdio, config)
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+    except OSError as exc:
+        raise _fail(str(exc), 1) from None

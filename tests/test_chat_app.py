@@ -1,0 +1,420 @@
+"""The chat controller against a scripted bridge runtime: no process, no terminal."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import trio
+import trio.testing
+
+from simhost.chat.app import ChatOptions
+from simhost.chat.keys import Key
+from simhost.chat.screen import LiveScreen
+from simhost.chat.terminal import EndOfInput, InputEvent, Interrupt, Line, Terminate, read_lines
+
+from .test_chat_fakes import answers_of, running_chat, settle
+
+ENTER = Key("enter")
+ESC = Key("esc")
+CTRL_C = Key("ctrl_c")
+
+
+async def test_starts_with_initialize_and_a_new_session() -> None:
+    async with running_chat() as chat:
+        assert chat.runtime.methods()[:2] == ["initialize", "sessionNew"]
+        assert chat.app.current == "s-1"
+        assert chat.app.mode == "prompt"
+        assert "runtime fake-runtime 1" in chat.text
+        assert "new session Session 1 (s-1)" in chat.text
+
+
+async def test_a_prompt_streams_the_agent_text() -> None:
+    async with running_chat() as chat:
+        await chat.type_line("say Hello, ;say world\\n;say bye")
+        assert "Session 1 (s-1) > say Hello, ;say world\\n;say bye" in chat.text
+        assert "\nHello, world\n" in chat.text
+        # A partial line is flushed when the turn ends, before the end marker.
+        assert chat.text.index("bye") < chat.text.index("turn ended: end_turn")
+
+
+async def test_deny_with_a_number_key_and_enter_does_nothing() -> None:
+    async with running_chat() as chat:
+        await chat.type_line("ask a.txt")
+        assert chat.app.mode == "card"
+        assert "Permission request" in chat.text
+        assert "Session  Session 1 (s-1)" in chat.text
+        await chat.press(ENTER, ENTER, "x", Key("backspace"))
+        assert chat.runtime.answers == []  # no default option
+        assert chat.app.mode == "card"
+        await chat.press("3")
+        assert answers_of(chat.runtime) == [("s-1", "selected", "deny")]
+        assert "→ Deny  reject_once · fs.write: a.txt" in chat.text
+        assert "✗ fs.write: a.txt  [edit]  failed — denied by you" in chat.text
+        assert chat.app.mode == "prompt"
+
+
+async def test_allow_with_a_number_key() -> None:
+    async with running_chat() as chat:
+        await chat.type_line("ask a.txt")
+        await chat.press("1")
+        assert answers_of(chat.runtime) == [("s-1", "selected", "allow")]
+        assert "✓ fs.write: a.txt  [edit]  completed — allowed by you" in chat.text
+
+
+async def test_esc_answers_cancelled_and_a_missing_option_number_does_nothing() -> None:
+    async with running_chat() as chat:
+        await chat.type_line("ask a.txt")
+        await chat.press("7", "0")
+        assert chat.runtime.answers == []
+        assert "there is no option 7: choose 1-4" in chat.text
+        await chat.press(ESC)
+        assert answers_of(chat.runtime) == [("s-1", "cancelled", None)]
+        assert "cancelled (Esc)" in chat.text
+
+
+async def test_a_two_file_request_shows_both_files() -> None:
+    async with running_chat() as chat:
+        await chat.type_line("ask2")
+        assert "Changes (2 files)" in chat.text
+        assert "+++ /w/one.py" in chat.text and "+++ /w/two.py" in chat.text
+
+
+async def test_a_withdrawn_card_is_replaced_by_a_notice_and_the_next_key_goes_to_the_prompt() -> (
+    None
+):
+    async with running_chat() as chat:
+        await chat.type_line("withdraw w.txt; gate")
+        assert chat.app.mode == "card"
+        chat.runtime.withdraw.set()
+        await settle()
+        assert chat.app.shown is None
+        assert "⊘ withdrawn by the runtime · fs.write: w.txt · Session 1 (s-1)" in chat.text
+        assert "denied: the question timed out and was withdrawn" in chat.text
+        # The turn still runs (gate): the key is typed ahead for the prompt, not eaten.
+        await chat.press("3")
+        assert chat.app.editor.text == "3"
+        chat.runtime.gate.set()
+        await settle()
+        assert chat.app.mode == "prompt"
+        assert chat.app.editor.text == "3"
+        assert answers_of(chat.runtime) == [("s-1", None, None)]
+        assert chat.events("approval.cancelled")[0]["by"] == "peer"
+
+
+async def test_ctrl_c_during_a_card_cancels_the_turn_and_answers_the_card_cancelled() -> None:
+    async with running_chat() as chat:
+        await chat.type_line("ask a.txt")
+        assert chat.app.mode == "card"
+        await chat.press(CTRL_C)
+        assert chat.app.mode == "prompt"
+        assert chat.app.exit_code is None  # Ctrl-C cancelled the turn, not the chat
+        assert chat.runtime.turns_cancelled == ["s-1"]
+        [cancelled] = chat.events("approval.cancelled")
+        assert cancelled["by"] == "turn" and cancelled["session_id"] == "s-1"
+        assert chat.events("approval.responded") == []
+        assert "⊘ answered cancelled: you cancelled the turn" in chat.text
+        assert "⏹ turn cancelled · Session 1 (s-1)" in chat.text
+        # The prompt works again.
+        await chat.type_line("ask b.txt")
+        await chat.press("1")
+        assert answers_of(chat.runtime)[-1] == ("s-1", "selected", "allow")
+
+
+async def test_ctrl_c_during_a_turn_without_a_card_cancels_it() -> None:
+    async with running_chat() as chat:
+        await chat.type_line("hang")
+        assert chat.app.mode == "busy"
+        await chat.press(CTRL_C)
+        assert chat.app.mode == "prompt"
+        assert chat.runtime.turns_cancelled == ["s-1"]
+
+
+@pytest.mark.parametrize(
+    "leave",
+    [
+        [CTRL_C],
+        [Key("ctrl_d")],
+        ["/quit", ENTER],
+        [Interrupt()],
+        [EndOfInput()],
+        [Terminate("SIGTERM")],
+    ],
+)
+async def test_leaving_at_the_prompt_exits_0(leave: list[InputEvent | str]) -> None:
+    async with running_chat() as chat:
+        for event in leave:
+            if isinstance(event, str):
+                await chat.press(event)
+            else:
+                await chat.event(event)
+        with trio.fail_after(5):
+            await chat.done.wait()
+        assert chat.exit_code == 0
+
+
+async def test_ctrl_d_with_text_on_the_line_does_not_quit() -> None:
+    async with running_chat() as chat:
+        await chat.press("abc", Key("ctrl_d"))
+        assert not chat.done.is_set()
+
+
+async def test_quitting_with_an_open_card_answers_it_cancelled() -> None:
+    async with running_chat() as chat:
+        await chat.type_line("/bg ask a.txt")
+        assert chat.app.mode == "card"
+        chat.app.quit(0)
+        with trio.fail_after(5):
+            await chat.done.wait()
+        await settle()
+        assert [e["by"] for e in chat.events("approval.cancelled")] == ["turn"]
+
+
+async def test_cards_of_several_sessions_queue_and_each_names_its_session() -> None:
+    async with running_chat() as chat:
+        await chat.type_line("/bg gate; ask one.txt")
+        await chat.type_line("/new Second")
+        assert chat.app.current == "s-2"
+        await chat.type_line("/bg gate; ask two.txt")
+        chat.runtime.gate.set()
+        await settle()
+        assert chat.app.queue.count() == 2
+        shown = chat.app.shown
+        assert shown is not None
+        assert "⧗ 1 approval waiting: " in chat.text
+        # Each card names its session; answers go to that session only.
+        first = shown.session_id
+        second = "s-2" if first == "s-1" else "s-1"
+        await chat.press("1")
+        assert chat.app.shown is not None and chat.app.shown.session_id == second
+        await chat.press("3")
+        assert sorted(answers_of(chat.runtime)) == sorted(
+            [(first, "selected", "allow"), (second, "selected", "deny")]
+        )
+        assert "Session  Session 1 (s-1)" in chat.text
+        assert "Session  Second (s-2)" in chat.text
+
+
+async def test_burst_routes_every_answer_to_its_own_session() -> None:
+    async with running_chat() as chat:
+        await chat.type_line("/bg gate; burst 3")
+        await chat.type_line("/new B")
+        await chat.type_line("/bg gate; burst 3")
+        chat.runtime.gate.set()
+        await settle()
+        assert chat.app.queue.count() == 6
+        for _ in range(6):
+            shown = chat.app.shown
+            assert shown is not None
+            await chat.press("1" if shown.session_id == "s-1" else "3")
+        answers = answers_of(chat.runtime)
+        assert sorted(answers) == sorted(
+            [("s-1", "selected", "allow")] * 3 + [("s-2", "selected", "deny")] * 3
+        )
+
+
+async def test_a_card_waits_while_you_type_at_the_prompt() -> None:
+    async with running_chat() as chat:
+        await chat.type_line("/bg gate; ask a.txt")
+        await chat.press("/sess")
+        chat.runtime.gate.set()
+        await settle()
+        assert chat.app.shown is None  # typing: the card does not take the keyboard
+        assert "(send or clear (Ctrl-U) your line to answer)" in chat.text
+        await chat.press("ions")
+        assert chat.app.editor.text == "/sessions"
+        assert chat.runtime.answers == []
+        await chat.press(ENTER)
+        # The command ran (the card waited), with the pending approval in the table.
+        assert "⧗ 1" in chat.text.split("Sessions")[-1]
+        assert chat.app.mode == "card"
+        await chat.press("3")
+        assert answers_of(chat.runtime) == [("s-1", "selected", "deny")]
+
+
+async def test_ctrl_u_clearing_the_line_brings_up_the_waiting_card() -> None:
+    async with running_chat() as chat:
+        await chat.type_line("/bg gate; ask a.txt")
+        await chat.press("abc")
+        chat.runtime.gate.set()
+        await settle()
+        assert chat.app.shown is None
+        await chat.press(Key("ctrl_u"))
+        assert chat.app.mode == "card"
+
+
+async def test_ctrl_c_on_a_background_card_cancels_that_turn() -> None:
+    async with running_chat() as chat:
+        await chat.type_line("/bg ask a.txt")
+        assert chat.app.mode == "card"
+        await chat.press(CTRL_C)
+        assert chat.runtime.turns_cancelled == ["s-1"]
+        assert chat.app.exit_code is None
+        assert chat.app.mode == "prompt"
+
+
+async def test_a_new_card_ignores_keys_for_a_moment(autojump_clock: trio.abc.Clock) -> None:
+    async with running_chat(options=ChatOptions(arm_delay=0.25)) as chat:
+        await chat.type_line("ask a.txt")
+        assert chat.app.mode == "card"
+        await chat.press("3", ESC)
+        assert chat.runtime.answers == []
+        assert "keys are held back for a moment" in chat.text
+        await trio.sleep(0.3)
+        await chat.press("3")
+        assert answers_of(chat.runtime) == [("s-1", "selected", "deny")]
+
+
+async def test_standing_grant_is_shown() -> None:
+    async with running_chat() as chat:
+        await chat.type_line("grant a.txt")
+        line = "✓ fs.write: a.txt  [edit]  completed — standing grant applied (allowed)"
+        assert line in chat.text
+
+
+async def test_tool_status_never_moves_back() -> None:
+    async with running_chat() as chat:
+        await chat.type_line("late a.txt")
+        lines = [line for line in chat.text.splitlines() if "fs.write: a.txt" in line]
+        assert [line.split()[0] for line in lines] == ["○", "◐", "✓"]
+
+
+async def test_sessions_switch_and_peek() -> None:
+    async with running_chat() as chat:
+        await chat.type_line("/new Second")
+        assert chat.runtime.active == "s-2"
+        await chat.type_line("say in two")
+        await chat.type_line("/peek s-1")
+        assert chat.runtime.active == "s-2" and chat.app.current == "s-2"
+        assert "peek (not activated): Session 1 (s-1)" in chat.text
+        await chat.type_line("/peek s-2")
+        assert "you   say in two" in chat.text
+        await chat.type_line("/switch s-1")
+        assert chat.runtime.active == "s-1" and chat.app.current == "s-1"
+        assert "switched to: Session 1 (s-1)" in chat.text
+        await chat.type_line("/sessions")
+        table = chat.text.split("Sessions")[-1]
+        assert "▶ s-1" in table and "Second" in table
+
+
+async def test_unknown_session_is_an_error_not_a_crash() -> None:
+    async with running_chat() as chat:
+        await chat.type_line("/switch nope")
+        assert "[-32602] unknown session 'nope'" in chat.text
+        assert chat.app.current == "s-1" and chat.app.mode == "prompt"
+
+
+async def test_policy_shows_and_sets_the_preset() -> None:
+    async with running_chat() as chat:
+        await chat.type_line("/policy")
+        assert "▶ ask" in chat.text and "grant: fs.write" in chat.text
+        await chat.type_line("/policy read-only")
+        assert chat.runtime.sessions["s-1"].preset == "read-only"
+        assert "permission preset of Session 1 (s-1) is now read-only" in chat.text
+
+
+async def test_help_and_unknown_commands() -> None:
+    async with running_chat() as chat:
+        await chat.type_line("/help")
+        assert "/bg TEXT" in chat.text and "Esc" in chat.text
+        await chat.type_line("/frobnicate")
+        assert "unknown command '/frobnicate'" in chat.text
+
+
+async def test_one_turn_per_session() -> None:
+    async with running_chat() as chat:
+        await chat.type_line("/bg hang")
+        await chat.type_line("say hi")
+        assert "already has a turn running" in chat.text
+        await chat.type_line("/cancel")
+        assert chat.runtime.turns_cancelled == ["s-1"]
+
+
+async def test_the_runtime_going_away_ends_the_chat_with_1() -> None:
+    async with running_chat() as chat:
+        await chat.type_line("hang")
+        chat.runtime.close()
+        with trio.fail_after(5):
+            await chat.done.wait()
+        assert chat.exit_code == 1
+        assert "the runtime connection is gone" in chat.text
+
+
+async def test_lines_mode_answers_with_lines() -> None:
+    async with running_chat(options=ChatOptions(input_mode="lines", arm_delay=0)) as chat:
+        await chat.event(Line("ask a.txt"))
+        assert "Answer with a line: 1-4, or esc (cancelled)." in chat.text
+        await chat.event(Line(""))
+        await chat.event(Line("hello"))
+        assert "a permission card waits: answer 1-4 or esc" in chat.text
+        await chat.event(Line("esc"))
+        await chat.event(Line("ask b.txt"))
+        await chat.event(Line(" 1 "))
+        assert answers_of(chat.runtime) == [
+            ("s-1", "cancelled", None),
+            ("s-1", "selected", "allow"),
+        ]
+
+
+async def test_a_script_on_a_pipe_is_read_only_when_the_chat_is_ready() -> None:
+    """The line reader gates on the chat: an answer line never becomes a prompt."""
+    script = b"ask a.txt\n3\n\nask b.txt\n1\n/bg gate; ask c.txt\n/wait\nesc\n/quit\n"
+    read_fd, write_fd = os.pipe()
+    os.write(write_fd, script)
+    os.close(write_fd)
+    try:
+        async with running_chat(options=ChatOptions(input_mode="lines", arm_delay=0)) as chat:
+            chat.runtime.gate.set()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(read_lines, read_fd, chat.send, chat.app.wait_ready)
+                with trio.fail_after(10):
+                    await chat.done.wait()
+                nursery.cancel_scope.cancel()
+            assert chat.exit_code == 0
+            assert answers_of(chat.runtime) == [
+                ("s-1", "selected", "deny"),
+                ("s-1", "selected", "allow"),
+                ("s-1", "cancelled", None),
+            ]
+    finally:
+        os.close(read_fd)
+
+
+async def test_live_screen_shows_running_tool_lines_and_the_prompt() -> None:
+    async with running_chat(screen=LiveScreen) as chat:
+        chat.app.screen.start()
+        await chat.press("typed")
+        assert "Session 1 (s-1) > typed" in chat.text
+        await chat.press(Key("ctrl_u"))
+        await chat.type_line("withdraw w.txt")
+        assert "Permission request" in chat.text
+        chat.runtime.withdraw.set()
+        await settle()
+        assert "withdrawn by the runtime" in chat.text
+        chat.app.screen.stop()
+
+
+async def test_slash_on_a_card_at_the_prompt_starts_a_command_and_the_card_waits() -> None:
+    async with running_chat() as chat:
+        await chat.type_line("/bg ask one.txt")
+        assert chat.app.mode == "card"
+        await chat.press("/new B")
+        assert chat.app.shown is None and chat.app.editor.text == "/new B"
+        await chat.press(ENTER)
+        assert chat.app.current == "s-2"
+        assert chat.app.mode == "card"  # back, once the command is done
+        await chat.type_line("/bg ask two.txt")
+        assert chat.app.queue.count() == 2
+        assert chat.app.shown is not None and chat.app.shown.session_id == "s-1"
+        await chat.press("1", "3")
+        assert answers_of(chat.runtime) == [
+            ("s-1", "selected", "allow"),
+            ("s-2", "selected", "deny"),
+        ]
+
+
+async def test_slash_during_a_foreground_turn_does_not_leave_the_card() -> None:
+    async with running_chat() as chat:
+        await chat.type_line("ask a.txt")
+        await chat.press("/")
+        assert chat.app.mode == "card" and chat.app.editor.text == ""

@@ -1,0 +1,277 @@
+"""The permission card, rendered into a fixed-width console (Rich's own test recipe)."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from rich.console import Console
+from rich.text import Text
+
+from permclient import PermissionRequest
+from simhost.chat.card import PermissionCard
+from simhost.chat.screen import LiveScreen, PlainScreen, View
+
+GOLDEN = Path(__file__).parent / "fixtures" / "golden"
+FOUR_OPTIONS = [
+    {"optionId": "allow", "name": "Allow", "kind": "allow_once"},
+    {"optionId": "allow-always", "name": "Allow always", "kind": "allow_always"},
+    {"optionId": "deny", "name": "Deny", "kind": "reject_once"},
+    {"optionId": "deny-always", "name": "Deny always", "kind": "reject_always"},
+]
+
+
+def request(tool_call: dict[str, Any], **params: Any) -> PermissionRequest:
+    body = {"sessionId": "s-7", "toolCall": tool_call, "options": FOUR_OPTIONS, **params}
+    return msgspec.convert(body, PermissionRequest)
+
+
+def golden(name: str) -> PermissionRequest:
+    message = json.loads((GOLDEN / f"{name}.json").read_text())
+    return msgspec.convert(message["params"], PermissionRequest)
+
+
+def render(renderable: object, width: int = 100) -> str:
+    console = Console(file=io.StringIO(), width=width, force_terminal=True, color_system=None)
+    console.print(renderable)
+    output = console.file.getvalue()  # type: ignore[attr-defined]
+    assert isinstance(output, str)
+    return output
+
+
+def lines_of(output: str) -> list[str]:
+    """Card lines without the panel's borders."""
+    return [line.strip("│ ").rstrip() for line in output.splitlines()]
+
+
+def test_two_file_diff_shows_every_file_and_its_hunks() -> None:
+    card = PermissionCard(
+        request(
+            {
+                "toolCallId": "call-3",
+                "title": "fs.write: two files",
+                "kind": "edit",
+                "content": [
+                    {
+                        "type": "diff",
+                        "path": "/w/src/app.py",
+                        "oldText": "import sys\n\nprint('hi')\n",
+                        "newText": "import sys\n\nprint('hello')\n",
+                    },
+                    {"type": "diff", "path": "/w/NOTES.md", "oldText": None, "newText": "a\nb\n"},
+                ],
+            }
+        ),
+        session_title="Refactor",
+    )
+    lines = lines_of(render(card))
+    assert "Changes (2 files)" in lines
+    # First file: an edit, with its hunk.
+    assert "edit /w/src/app.py" in lines
+    assert "--- /w/src/app.py" in lines and "+++ /w/src/app.py" in lines
+    assert "-print('hi')" in lines and "+print('hello')" in lines
+    # Second file: new (oldText null), every line added.
+    assert "new file /w/NOTES.md" in lines
+    assert "--- /dev/null" in lines and "+++ /w/NOTES.md" in lines
+    assert "@@ -0,0 +1,2 @@" in lines
+    assert "+a" in lines and "+b" in lines
+    assert lines.index("edit /w/src/app.py") < lines.index("new file /w/NOTES.md")
+
+
+def test_diff_lines_are_coloured() -> None:
+    card = PermissionCard(
+        request(
+            {
+                "toolCallId": "c",
+                "title": "edit",
+                "kind": "edit",
+                "content": [{"type": "diff", "path": "/w/a", "oldText": "x\n", "newText": "y\n"}],
+            }
+        )
+    )
+    console = Console(file=io.StringIO(), width=80, force_terminal=True, color_system="standard")
+    console.print(card)
+    output = console.file.getvalue()  # type: ignore[attr-defined]
+    assert "\x1b[31m-x" in output  # red
+    assert "\x1b[32m+y" in output  # green
+
+
+def test_names_the_session_the_tool_the_kind_and_the_command() -> None:
+    card = PermissionCard(
+        request(
+            {
+                "toolCallId": "call-1",
+                "title": "local_shell: python3",
+                "kind": "execute",
+                "rawInput": {"command": "python3 -c 'print(1)'", "cwd": "/w"},
+            }
+        ),
+        session_title="Notes",
+    )
+    output = render(card)
+    lines = lines_of(output)
+    assert any(line.startswith("Session  Notes (s-7)") for line in lines)
+    assert any("local_shell: python3  kind: execute" in line for line in lines)
+    assert any(line.startswith("Command  $ python3 -c 'print(1)'") for line in lines)
+    # The rest of the input is shown too (a cwd matters to a reviewer).
+    assert "Other input" in lines
+    assert '"cwd": "/w"' in output
+
+
+def test_a_command_given_as_argv_is_shown_shell_quoted() -> None:
+    card = PermissionCard(
+        request({"toolCallId": "c", "kind": "execute", "rawInput": {"command": ["rm", "a b"]}})
+    )
+    assert "$ rm 'a b'" in render(card)
+
+
+def test_raw_input_without_a_command_is_pretty_json() -> None:
+    card = PermissionCard(golden("request_permission_diff_edit"))
+    lines = lines_of(render(card))
+    assert "Input" in lines
+    assert '"oldString": "print(\'hi\')\\n",' in lines
+
+
+def test_locations_and_meta() -> None:
+    output = render(PermissionCard(golden("request_permission_locations_meta")))
+    lines = lines_of(output)
+    assert "Locations" in lines
+    assert "/home/user/project/pyproject.toml:0" in lines
+    assert '/home/user/project/setup.cfg  {"exists": false}' in lines
+    assert "Request _meta" in lines
+    assert '"traceId": "4bf92f3577b34da6a3ce929d0e0e4736",' in lines
+    assert "Tool call _meta" in lines
+    assert '"toolName": "read_many"' in lines
+
+
+def test_plain_content_blocks_are_the_fallback() -> None:
+    output = render(PermissionCard(golden("request_permission_content_blocks")))
+    lines = lines_of(output)
+    assert "Content" in lines
+    assert "Download the logo" in lines
+    assert "[image] image/png" in lines
+    assert "[link] logo.png: file:///home/user/project/assets/logo.png" in lines
+    assert "# Assets" in lines
+
+
+def test_terminal_content() -> None:
+    card = PermissionCard(
+        request({"toolCallId": "c", "content": [{"type": "terminal", "terminalId": "term-1"}]})
+    )
+    assert "[terminal] term-1" in render(card)
+
+
+def test_options_are_numbered_with_their_kind_and_there_is_no_default() -> None:
+    output = render(PermissionCard(request({"toolCallId": "c"}), hint="Press 1-4 to choose"))
+    lines = lines_of(output)
+    assert "1  Allow  allow_once" in lines
+    assert "2  Allow always  allow_always" in lines
+    assert "3  Deny  reject_once" in lines
+    assert "4  Deny always  reject_always" in lines
+    assert "Press 1-4 to choose" in lines
+    assert "default" not in output.lower()
+
+
+def test_a_request_without_a_deny_option_says_esc_denies() -> None:
+    only_allow = [{"optionId": "ok", "name": "OK", "kind": "allow_once"}]
+    card = PermissionCard(request({"toolCallId": "c"}, options=only_allow))
+    assert not card.offers_deny
+    assert "No deny option was offered: Esc answers cancelled" in render(card)
+    assert PermissionCard(request({"toolCallId": "c"})).offers_deny
+
+
+def test_control_and_invisible_characters_are_escaped_and_flagged() -> None:
+    card = PermissionCard(
+        request(
+            {
+                "toolCallId": "c",
+                "title": "run\x1b[2K",
+                "kind": "execute",
+                "rawInput": {"command": "echo safe\r\x1b[2Krm -rf ~ \u202ex"},
+            }
+        )
+    )
+    output = render(card)
+    assert "\x1b[2K" not in output and "\r" not in output and "\u202e" not in output
+    assert "echo safe\\x0d\\x1b[2Krm -rf ~ \\u202ex" in output
+    assert "contains control or invisible characters" in output
+
+
+def test_markup_in_runtime_strings_is_not_interpreted() -> None:
+    card = PermissionCard(
+        request({"toolCallId": "c", "title": "[bold red]x[/]", "rawInput": {"command": "[/]"}}),
+        session_title="[link=x]t[/link]",
+    )
+    output = render(card)
+    assert "[bold red]x[/]" in output
+    assert "$ [/]" in output
+    assert "[link=x]t[/link] (s-7)" in output
+
+
+def test_position_and_subtitle_name_the_session() -> None:
+    card = PermissionCard(request({"toolCallId": "c"}), session_title="A", position=(1, 3))
+    output = render(card)
+    first, *_, last = output.splitlines()
+    assert "Permission request  1 of 3" in first
+    assert "A (s-7)" in last
+
+
+def test_compact_card_keeps_the_session_the_command_and_the_options() -> None:
+    card = PermissionCard(
+        request(
+            {
+                "toolCallId": "c",
+                "title": "t",
+                "rawInput": {"command": "ls"},
+                "content": [{"type": "diff", "path": "/w/a", "oldText": None, "newText": "x\n"}],
+            }
+        ),
+        compact=True,
+    )
+    output = render(card)
+    assert "$ ls" in output and "4  Deny always" in output
+    assert "+x" not in output
+    assert "the full request (1 diff, input) is printed above" in output
+
+
+def test_live_screen_prints_a_card_taller_than_the_screen_in_full_once() -> None:
+    console = Console(
+        file=io.StringIO(), width=80, height=20, force_terminal=True, color_system=None
+    )
+    tall = "".join(f"line {i}\n" for i in range(40))
+    card = PermissionCard(
+        request(
+            {
+                "toolCallId": "c",
+                "title": "big",
+                "content": [{"type": "diff", "path": "/w/big", "oldText": None, "newText": tall}],
+            }
+        ),
+        hint="Press 1-4 to choose",
+    )
+    screen = LiveScreen(console)
+    screen.start()
+    try:
+        screen.refresh(View(card=card, card_id=1, prompt=Text("p")))
+        screen.refresh(View(card=card, card_id=1, prompt=Text("p")))
+    finally:
+        screen.stop()
+    output = console.file.getvalue()  # type: ignore[attr-defined]
+    assert output.count("+line 39") == 1  # the full card, printed once into the transcript
+    assert "answer in the card below" in output
+    assert "is printed above" in output  # the compact card in the live region
+    assert "Press 1-4 to choose" in output
+
+
+def test_plain_screen_prints_each_card_and_marker_once() -> None:
+    console = Console(file=io.StringIO(), width=80, color_system=None)
+    screen = PlainScreen(console)
+    card = PermissionCard(request({"toolCallId": "c", "title": "t"}))
+    for _ in range(3):
+        screen.refresh(View(card=card, card_id=1, marker=Text("⧗ 1 approval waiting")))
+    output = console.file.getvalue()  # type: ignore[attr-defined]
+    assert output.count("Permission request") == 1
+    assert output.count("⧗ 1 approval waiting") == 1

@@ -1,0 +1,109 @@
+"""The chat's keyboard without a terminal: bytes to keys, and the prompt's line editor."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from simhost.chat.keys import Key, KeyDecoder, LineEditor
+
+ESC = Key("esc")
+ENTER = Key("enter")
+
+
+def decode_whole(data: bytes) -> list[Key]:
+    decoder = KeyDecoder()
+    return decoder.feed(data) + decoder.flush()
+
+
+def decode_bytewise(data: bytes) -> list[Key]:
+    decoder = KeyDecoder()
+    keys: list[Key] = []
+    for i in range(len(data)):
+        keys += decoder.feed(data[i : i + 1])
+    return keys + decoder.flush()
+
+
+@pytest.mark.parametrize("decode", [decode_whole, decode_bytewise])
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        (b"ab", [Key.of("a"), Key.of("b")]),
+        (b"\r", [ENTER]),
+        (b"\n", [ENTER]),
+        (b"\r\n", [ENTER]),
+        (b"\x7f\x08", [Key("backspace"), Key("backspace")]),
+        (b"\x03", [Key("ctrl_c")]),
+        (b"\x04", [Key("ctrl_d")]),
+        (b"\x15\x17", [Key("ctrl_u"), Key("ctrl_w")]),
+        (b"\x1b", [ESC]),
+        (b"\x1b\x1b", [ESC, ESC]),
+        # Arrows, Home/End, Delete, F1 (SS3): swallowed, never Esc + letters.
+        (b"\x1b[A\x1b[B\x1b[C\x1b[D", []),
+        (b"\x1b[1;5C\x1b[3~\x1bOP", []),
+        (b"x\x1b[Ay", [Key.of("x"), Key.of("y")]),
+        # An Alt chord is not "Esc, then 1": it is swallowed.
+        (b"\x1b1", []),
+        ("é✓".encode(), [Key.of("é"), Key.of("✓")]),
+        (b"\t\x01\x07", []),
+    ],
+)
+def test_decodes_keys_whole_and_byte_by_byte(
+    decode: object, data: bytes, expected: list[Key]
+) -> None:
+    assert decode(data) == expected  # type: ignore[operator]
+
+
+def test_a_lone_esc_waits_for_the_timeout() -> None:
+    decoder = KeyDecoder()
+    assert decoder.feed(b"\x1b") == []
+    assert decoder.pending
+    assert decoder.flush() == [ESC]
+    assert not decoder.pending
+
+
+def test_an_escape_sequence_split_across_reads_is_not_an_esc() -> None:
+    decoder = KeyDecoder()
+    assert decoder.feed(b"\x1b[") == []
+    assert decoder.pending
+    assert decoder.feed(b"A") == []
+    assert not decoder.pending
+
+
+def test_a_cut_off_sequence_is_dropped_on_flush() -> None:
+    decoder = KeyDecoder()
+    assert decoder.feed(b"\x1b[12") == []
+    assert decoder.flush() == []
+    assert decoder.feed(b"a") == [Key.of("a")]
+
+
+@given(st.binary(max_size=64))
+def test_never_raises_and_never_holds_more_than_a_sequence(data: bytes) -> None:
+    decoder = KeyDecoder()
+    for key in decoder.feed(data):
+        assert key.name != "char" or (len(key.char) == 1 and key.char.isprintable())
+    decoder.flush()
+    assert not decoder.pending
+
+
+def test_line_editor() -> None:
+    editor = LineEditor()
+    for char in "run ls -l":
+        assert editor.handle(Key.of(char)) is None
+    editor.handle(Key("backspace"))
+    assert editor.text == "run ls -"
+    editor.handle(Key("ctrl_w"))
+    assert editor.text == "run ls "
+    assert editor.handle(ENTER) == "run ls "
+    assert editor.text == ""
+
+
+def test_enter_on_an_empty_or_blank_line_submits_nothing() -> None:
+    editor = LineEditor()
+    assert editor.handle(ENTER) is None
+    editor.handle(Key.of(" "))
+    assert editor.handle(ENTER) is None
+    editor.handle(Key.of("x"))
+    editor.handle(Key("ctrl_u"))
+    assert editor.text == ""

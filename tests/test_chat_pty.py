@@ -1,0 +1,318 @@
+"""``simhost chat`` as a person uses it: a real pseudo-terminal, the real reference runtime.
+
+Every expect is bounded by a timeout; nothing sleeps. The chat prints the
+runtime's pid in its banner, so each test can check that the child is gone
+after the chat exits.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pexpect
+import pytest
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="needs a POSIX pseudo-terminal")
+
+TIMEOUT = 30
+ARMED = "Press 1-4 to choose"
+# Between what the prompt shows and what you typed, Rich puts style codes.
+STYLE = r"(?:\x1b\[[0-9;]*m)*"
+CURSOR = r"\x1b\[7m \x1b\[0m"  # the prompt's drawn cursor (reverse video)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+class Chat:
+    """A ``simhost chat`` in a pty, with its workspace, state folder and telemetry."""
+
+    def __init__(self, tmp_path: Path, *extra: str) -> None:
+        self.workspace = tmp_path / "ws"
+        self.state = tmp_path / "state"
+        self.telemetry = tmp_path / "telemetry.jsonl"
+        self.workspace.mkdir()
+        env = {**os.environ, "TERM": "xterm-256color"}
+        env.pop("NO_COLOR", None)
+        self.child = pexpect.spawn(
+            sys.executable,
+            [
+                "-m",
+                "simhost",
+                "chat",
+                "--workspace",
+                str(self.workspace),
+                "--state-dir",
+                str(self.state),
+                "--telemetry",
+                str(self.telemetry),
+                *extra,
+            ],
+            env=env,
+            cwd=str(tmp_path),
+            dimensions=(60, 160),
+            encoding="utf-8",
+            codec_errors="replace",
+            timeout=TIMEOUT,
+        )
+        self.transcript = tmp_path / "pty.log"
+        self.child.logfile_read = open(self.transcript, "w")  # noqa: SIM115
+        self.child.expect(r"\(pid (\d+)\)")
+        self.runtime_pid = int(self.child.match.group(1))
+        self.child.expect("new session")
+        self.expect_prompt()
+
+    def expect(self, pattern: str) -> re.Match[str]:
+        self.child.expect(pattern)
+        match = self.child.match
+        assert isinstance(match, re.Match)
+        return match
+
+    def expect_prompt(self, typed: str = "") -> None:
+        """The prompt is up (showing ``typed``), with the drawn cursor after it."""
+        self.child.expect(r"\)" + STYLE + " > " + STYLE + re.escape(typed) + STYLE + CURSOR)
+
+    def say(self, line: str) -> None:
+        self.child.send(line + "\r")
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        lines = self.telemetry.read_text().splitlines()
+        return [r for r in map(json.loads, lines) if r["event"] == name]
+
+    def quit(self) -> None:
+        self.say("/quit")
+        self.child.expect(pexpect.EOF)
+        self.child.close()
+        assert self.child.exitstatus == 0, self.child.signalstatus
+        assert not _alive(self.runtime_pid)
+
+    def close(self) -> None:
+        if self.child.isalive():
+            self.child.terminate(force=True)
+        self.child.logfile_read.close()
+
+
+@pytest.fixture
+def chat_in(tmp_path: Path) -> Iterator[Any]:
+    chats: list[Chat] = []
+
+    def start(*extra: str) -> Chat:
+        chat = Chat(tmp_path, *extra)
+        chats.append(chat)
+        return chat
+
+    yield start
+    for chat in chats:
+        chat.close()
+
+
+def test_deny_then_allow_a_file_in_the_workspace(chat_in: Any) -> None:
+    chat: Chat = chat_in()
+    target = chat.workspace / "notes.txt"
+
+    chat.say("create notes.txt with hello")
+    chat.expect("Permission request")
+    chat.expect("fs.write: notes.txt")
+    chat.expect(r"\+hello")  # the diff of the new file
+    chat.expect(ARMED)
+    # Enter alone does nothing: the card still has the keyboard afterwards.
+    chat.child.send("\r")
+    chat.child.send("9")
+    chat.expect("there is no option 9")
+    assert chat.events("approval.responded") == []
+    chat.child.send("3")
+    chat.expect("denied by you")
+    chat.expect("turn ended")
+    chat.expect_prompt()
+    assert not target.exists()
+
+    chat.say("create notes.txt with hello")
+    chat.expect(ARMED)
+    chat.child.send("1")
+    chat.expect("completed")
+    chat.expect("turn ended")
+    chat.expect_prompt()
+    assert target.read_text().startswith("hello")
+    assert [e["option_id"] for e in chat.events("approval.responded")] == ["deny", "allow"]
+    chat.quit()
+
+
+def test_a_file_outside_the_workspace_goes_through_the_shell_and_asks(chat_in: Any) -> None:
+    chat: Chat = chat_in()
+    outside = Path(f"/tmp/simhost-chat-{uuid.uuid4().hex}.txt")
+    try:
+        chat.say(f"create {outside} with x")
+        chat.expect("Permission request")
+        chat.expect("local_shell")
+        chat.expect("kind: execute")
+        chat.expect(r"Command" + STYLE + " +" + STYLE + r"\$ python3")
+        chat.expect(ARMED)
+        chat.child.send("3")
+        chat.expect("failed" + STYLE + " — denied")
+        chat.expect("turn ended")
+        assert not outside.exists()
+        chat.quit()
+    finally:
+        outside.unlink(missing_ok=True)
+
+
+def test_a_policy_timeout_withdraws_the_card_and_the_next_key_goes_to_the_prompt(
+    chat_in: Any, tmp_path: Path
+) -> None:
+    policy = tmp_path / "quick.json"
+    policy.write_text(json.dumps({"default": "approve", "timeoutS": 1}))
+    chat: Chat = chat_in("--policy", str(policy))
+
+    chat.say("create late.txt with x")
+    chat.expect(ARMED)
+    chat.expect("withdrawn by the runtime")
+    chat.expect("turn ended")
+    chat.expect_prompt()
+    chat.child.send("3")  # would have been "Deny" on the card: it is text at the prompt now
+    chat.expect_prompt("3")
+    assert chat.events("approval.responded") == []
+    assert [e["by"] for e in chat.events("approval.cancelled")] == ["peer"]
+    assert not (chat.workspace / "late.txt").exists()
+    chat.child.sendcontrol("u")
+    chat.expect_prompt()
+    chat.quit()
+
+
+def test_ctrl_c_during_a_card_answers_it_cancelled(chat_in: Any) -> None:
+    chat: Chat = chat_in()
+    chat.say("create c.txt with x")
+    chat.expect(ARMED)
+    chat.child.sendcontrol("c")
+    chat.expect("answered cancelled: you cancelled the turn")
+    chat.expect("turn cancelled")
+    chat.expect_prompt()
+    [cancelled] = chat.events("approval.cancelled")
+    assert cancelled["by"] == "turn"
+    assert chat.events("approval.responded") == []
+    assert not (chat.workspace / "c.txt").exists()
+    # The chat goes on: the next turn asks again.
+    chat.say("create c.txt with x")
+    chat.expect(ARMED)
+    chat.child.send("\x1b")  # Esc: cancelled
+    chat.expect(r"cancelled \(Esc\)")
+    chat.expect("turn ended")
+    chat.quit()
+
+
+def test_ctrl_c_at_the_prompt_leaves_cleanly(chat_in: Any) -> None:
+    chat: Chat = chat_in()
+    chat.child.sendcontrol("c")
+    chat.child.expect(pexpect.EOF)
+    chat.child.close()
+    assert chat.child.exitstatus == 0
+    assert not _alive(chat.runtime_pid)
+
+
+def test_sessions_commands_in_the_terminal(chat_in: Any) -> None:
+    chat: Chat = chat_in()
+    chat.say("/new Second")
+    chat.expect(r"new session Second \((s-[0-9a-f]+)\)")
+    chat.expect_prompt()
+    chat.say("/sessions")
+    chat.expect("Sessions")
+    chat.expect("Second")
+    chat.expect_prompt()
+    chat.say("/policy")
+    chat.expect("auto-edit")
+    chat.expect_prompt()
+    chat.quit()
+
+
+def test_a_script_on_stdin_drives_the_chat(tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    script = "create a.txt with hi\n3\n\ncreate a.txt with hi\n1\n/sessions\n/quit\n"
+    env = {k: v for k, v in os.environ.items() if k not in ("TERM", "FORCE_COLOR")}
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "simhost",
+            "chat",
+            "--workspace",
+            str(workspace),
+            "--state-dir",
+            str(tmp_path / "state"),
+        ],
+        input=script,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT * 2,
+        env=env,
+        check=False,
+    )
+    out = result.stdout
+    assert result.returncode == 0, result.stderr
+    assert "\x1b" not in out  # readable without a terminal
+    assert "Answer with a line: 1-4, or esc (cancelled)." in out
+    assert "→ Deny" in out and "denied by you" in out
+    assert "→ Allow" in out and "completed — allowed by you" in out
+    assert "Sessions" in out
+    assert (workspace / "a.txt").read_text().startswith("hi")
+
+
+def test_two_sessions_queue_their_cards_one_at_a_time(chat_in: Any) -> None:
+    chat: Chat = chat_in()
+    chat.say("/bg create a.txt with 1")
+    chat.expect("background turn started")
+    chat.expect(ARMED)
+    # "/" types a command while the card waits; the card comes back after it.
+    chat.say("/new Second")
+    chat.expect(r"new session Second \(s-")
+    chat.expect(ARMED)
+    chat.say("/bg create b.txt with 2")
+    chat.expect("1 approval waiting: ")
+    chat.expect(r"'Second' fs\.write: b\.txt")
+    chat.expect(ARMED)  # a card that comes back is armed again before it takes keys
+    chat.child.send("1")  # the first card: Session 1's a.txt
+    chat.expect(r"→ .*Allow.* · fs\.write: a\.txt · Session 1 \(s-")
+    chat.expect(ARMED)  # the second card: Second's b.txt
+    chat.child.send("3")
+    chat.expect(r"→ .*Deny.* · fs\.write: b\.txt · Second \(s-")
+    chat.expect_prompt()
+    chat.say("/sessions")
+    chat.expect("Sessions")
+    chat.expect_prompt()
+    assert (chat.workspace / "a.txt").exists()
+    assert not (chat.workspace / "b.txt").exists()
+    responded = chat.events("approval.responded")
+    assert [e["option_id"] for e in responded] == ["allow", "deny"]
+    assert responded[0]["session_id"] != responded[1]["session_id"]
+    chat.quit()
+
+
+def test_allow_always_then_a_standing_grant_applies(chat_in: Any) -> None:
+    chat: Chat = chat_in()
+    chat.say("create g.txt with 1")
+    chat.expect(ARMED)
+    chat.child.send("2")  # allow always
+    chat.expect("turn ended")
+    chat.expect_prompt()
+    chat.say("edit g.txt: 1 => 2")
+    chat.expect("standing grant applied")
+    chat.expect("turn ended")
+    assert (chat.workspace / "g.txt").read_text().startswith("2")
+    assert len(chat.events("approval.requested")) == 1
+    chat.quit()

@@ -1,0 +1,337 @@
+"""The runtime's pure parts without processes: grammar, policy, presets, session store, tools."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import msgspec
+import pytest
+import trio
+
+from simhost.runtime import grammar
+from simhost.runtime.grammar import Burst, Create, Delete, Edit, Help, Read, Run, Say, Usage
+from simhost.runtime.policy import (
+    PRESETS,
+    SHELL,
+    TOOLS,
+    Ask,
+    PolicyError,
+    Verdict,
+    decode_policy,
+    evaluate,
+    load_policy,
+    shipped_policy_names,
+)
+from simhost.runtime.sessions import SessionStore, UnknownSession, default_state_dir
+from simhost.runtime.tools import (
+    plan_delete,
+    plan_edit,
+    plan_read,
+    plan_shell,
+    plan_write,
+    shell_fallback,
+)
+from simhost.runtime.wire import HistoryEntry
+
+# --------------------------------------------------------------------- grammar
+
+
+@pytest.mark.parametrize(
+    ("prompt", "command"),
+    [
+        ("create notes.txt with hello world", Create("notes.txt", "hello world")),
+        ("Create a.txt with b with c", Create("a.txt", "b with c")),
+        (r"create a.txt with one\ntwo\\n", Create("a.txt", "one\ntwo\\n")),
+        ('create "my notes.txt" with hi', Create("my notes.txt", "hi")),
+        ("create /tmp/x.txt with hi", Create("/tmp/x.txt", "hi")),
+        ("create empty.txt with", Create("empty.txt", "")),
+        ("edit a.txt: old => new", Edit("a.txt", "old", "new")),
+        ("edit a.txt: x =>", Edit("a.txt", "x", "")),
+        ("edit 'a b.txt': 1 => 2", Edit("a b.txt", "1", "2")),
+        ("read notes.txt", Read("notes.txt")),
+        ("read 'two words.txt'", Read("two words.txt")),
+        ("delete notes.txt", Delete("notes.txt")),
+        ("run echo hi && ls", Run("echo hi && ls")),
+        ("  run   python3 -V  ", Run("python3 -V")),
+        ("burst 50", Burst(50)),
+        ("help", Help()),
+        ("hello there", Say("hello there")),
+        ("creating things", Say("creating things")),
+        ("", Say("")),
+    ],
+)
+def test_grammar_parses(prompt: str, command: grammar.Command) -> None:
+    assert grammar.parse(prompt) == command
+
+
+@pytest.mark.parametrize(
+    ("prompt", "verb"),
+    [
+        ("create notes.txt", "create"),
+        ("create", "create"),
+        ("create a.txt withhi", "create"),
+        ("edit a.txt old => new", "edit"),
+        ("edit a.txt: old new", "edit"),
+        ("edit a.txt:  => new", "edit"),
+        ("read", "read"),
+        ("read 'unclosed", "read"),
+        ("read 'a' b", "read"),
+        ("delete", "delete"),
+        ("run", "run"),
+        ("burst", "burst"),
+        ("burst 0", "burst"),
+        ("burst -3", "burst"),
+        (f"burst {grammar.MAX_BURST + 1}", "burst"),
+        ("burst many", "burst"),
+    ],
+)
+def test_grammar_usage_errors(prompt: str, verb: str) -> None:
+    command = grammar.parse(prompt)
+    assert isinstance(command, Usage)
+    assert command.verb == verb
+    assert command.usage == grammar.USAGE[verb]
+
+
+def test_help_names_every_command() -> None:
+    text = grammar.help_text()
+    for usage in grammar.USAGE.values():
+        assert usage in text
+
+
+# ---------------------------------------------------------------------- policy
+
+
+def test_at_least_two_policies_are_shipped_and_all_load() -> None:
+    names = shipped_policy_names()
+    assert {"default", "strict"} <= set(names)
+    for name in names:
+        policy, label = load_policy(name)
+        assert label == name
+        assert policy.description
+
+
+@pytest.mark.parametrize("name", shipped_policy_names())
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_no_shipped_policy_auto_allows_a_plain_shell_command(name: str, preset: str) -> None:
+    policy, _ = load_policy(name)
+    call = plan_shell(Path("/w"), "python3")
+    assert call.tool == SHELL
+    assert call.raw_input["command"] == "python3"
+    verdict = evaluate(policy, PRESETS[preset], call.tool, None)
+    assert not (isinstance(verdict, Verdict) and verdict.decision == "allow"), verdict
+
+
+def test_default_policy_with_each_preset() -> None:
+    policy, _ = load_policy("default")
+    ask, read_only, auto_edit = PRESETS["ask"], PRESETS["read-only"], PRESETS["auto-edit"]
+    assert evaluate(policy, ask, "fs.read", None) == Verdict("allow", "preset", _reason(policy))
+    assert isinstance(evaluate(policy, ask, "fs.write", None), Ask)
+    assert isinstance(evaluate(policy, ask, SHELL, None), Ask)
+    for tool in ("fs.write", "fs.delete", SHELL):
+        verdict = evaluate(policy, read_only, tool, None)
+        assert isinstance(verdict, Verdict)
+        assert (verdict.decision, verdict.decided_by) == ("deny", "preset")
+    verdict = evaluate(policy, auto_edit, "fs.write", None)
+    assert isinstance(verdict, Verdict)
+    assert (verdict.decision, verdict.decided_by) == ("allow", "preset")
+    assert isinstance(evaluate(policy, auto_edit, "fs.delete", None), Ask)
+    assert isinstance(evaluate(policy, auto_edit, SHELL, None), Ask)
+
+
+def _reason(policy: object) -> str:
+    return "the policy and the preset 'ask' allow fs.read"
+
+
+def test_a_deny_anywhere_wins_and_grants_come_next() -> None:
+    policy = decode_policy(b'{"default": "approve", "tools": {"fs.delete": "deny"}}', "t")
+    ask, read_only = PRESETS["ask"], PRESETS["read-only"]
+    # A standing allow does not beat a deny of the policy or the preset.
+    assert evaluate(policy, ask, "fs.delete", "allow") == Verdict(
+        "deny", "policy", "the policy denies fs.delete"
+    )
+    denied = evaluate(policy, read_only, "fs.write", "allow")
+    assert isinstance(denied, Verdict)
+    assert (denied.decision, denied.decided_by) == ("deny", "preset")
+    # A standing reject beats an allow of both.
+    rejected = evaluate(policy, ask, "fs.read", "reject")
+    assert isinstance(rejected, Verdict)
+    assert (rejected.decision, rejected.decided_by) == ("deny", "grant")
+    # A standing allow answers what would otherwise be asked, the shell included.
+    for tool in ("fs.write", SHELL):
+        granted = evaluate(policy, ask, tool, "allow")
+        assert isinstance(granted, Verdict)
+        assert (granted.decision, granted.decided_by) == ("allow", "grant")
+
+
+def test_allow_needs_both_the_policy_and_the_preset() -> None:
+    approve_writes = decode_policy(b'{"default": "allow", "tools": {"fs.write": "approve"}}', "t")
+    assert isinstance(evaluate(approve_writes, PRESETS["auto-edit"], "fs.write", None), Ask)
+    # default "allow" still never auto-allows the shell.
+    assert isinstance(evaluate(approve_writes, PRESETS["auto-edit"], SHELL, None), Ask)
+
+
+def test_timeouts_per_policy_and_per_tool() -> None:
+    policy = decode_policy(
+        json.dumps(
+            {
+                "default": "approve",
+                "timeoutS": 30,
+                "onTimeout": "deny",
+                "tools": {SHELL: {"rule": "approve", "timeoutS": 5}, "fs.read": "allow"},
+            }
+        ),
+        "t",
+    )
+    assert evaluate(policy, PRESETS["ask"], SHELL, None) == Ask(5)
+    assert evaluate(policy, PRESETS["ask"], "fs.write", None) == Ask(30)
+    untimed = decode_policy(b'{"default": "approve"}', "t")
+    assert evaluate(untimed, PRESETS["ask"], "fs.write", None) == Ask(None)
+
+
+@pytest.mark.parametrize(
+    ("document", "complaint"),
+    [
+        ("{", "not JSON"),
+        ("[]", "Expected `object`"),
+        ("{}", "missing required field `default`"),
+        ('{"default": "maybe"}', "Invalid enum value 'maybe'"),
+        ('{"default": "approve", "tools": {"fs.wrte": "allow"}}', "Invalid enum value 'fs.wrte'"),
+        ('{"default": "approve", "timeoutS": 0}', "Expected `float` > 0"),
+        ('{"default": "approve", "timeoutS": "5"}', "Expected `float | null`"),
+        ('{"default": "approve", "onTimeout": "allow"}', "Invalid enum value 'allow'"),
+        ('{"default": "approve", "colour": "blue"}', "unknown field `colour`"),
+        (f'{{"default": "approve", "tools": {{"{SHELL}": "allow"}}}}', "cannot be 'allow'"),
+        (
+            f'{{"default": "approve", "tools": {{"{SHELL}": {{"rule": "allow"}}}}}}',
+            "cannot be 'allow'",
+        ),
+    ],
+)
+def test_bad_policy_files_are_refused_clearly(
+    tmp_path: Path, document: str, complaint: str
+) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(document)
+    with pytest.raises(PolicyError) as info:
+        load_policy(str(path))
+    assert str(path) in str(info.value)
+    assert complaint in str(info.value)
+
+
+def test_unknown_policy_names_and_missing_files() -> None:
+    with pytest.raises(PolicyError, match=r"unknown policy 'lenient'.*default"):
+        load_policy("lenient")
+    with pytest.raises(PolicyError, match="cannot read policy file"):
+        load_policy("/nonexistent/policy.json")
+
+
+# ----------------------------------------------------------------------- tools
+
+
+def test_file_tools_refuse_outside_the_workspace_and_fall_back_to_the_shell(
+    tmp_path: Path,
+) -> None:
+    workspace = tmp_path / "w"
+    workspace.mkdir()
+    (tmp_path / "outside.txt").write_text("x\n")
+    os.symlink(tmp_path, workspace / "escape")
+    for path in ("/tmp/x.txt", "../outside.txt", "escape/outside.txt"):
+        call = plan_write(workspace, path, "hi\n", {"path": path, "text": "hi"})
+        assert call.refusal is not None and call.refusal.outside, path
+        fallback = shell_fallback(workspace, call)
+        assert fallback is not None
+        assert fallback.tool == SHELL and fallback.kind == "execute"
+        assert fallback.raw_input["command"].startswith("python3 -c ")
+    refused_delete = plan_delete(workspace, "../outside.txt")
+    assert refused_delete.refusal is not None and refused_delete.refusal.outside
+    # Refusals that are not about the workspace have no fallback.
+    for refused in (
+        plan_delete(workspace, "missing.txt"),
+        plan_read(workspace, "missing.txt"),
+        plan_write(workspace, ".", "x", {"path": ".", "text": "x"}),
+        plan_write(workspace, "sub/..", "x", {"path": "sub/..", "text": "x"}),
+        plan_edit(workspace, "missing.txt", "a", "b"),
+    ):
+        assert refused.refusal is not None and not refused.refusal.outside, refused.refusal
+        assert shell_fallback(workspace, refused) is None
+
+
+async def test_a_write_is_not_made_if_the_file_changed_after_it_was_shown(tmp_path: Path) -> None:
+    target = tmp_path / "a.txt"
+    target.write_text("one\n")
+    call = plan_edit(tmp_path, "a.txt", "one", "two")
+    assert call.refusal is None
+    target.write_text("changed\n")
+    result = await call.action()
+    assert not result.ok and "changed since" in result.text
+    assert target.read_text() == "changed\n"
+
+
+async def test_the_shell_fallback_writes_what_the_file_tool_would_have(tmp_path: Path) -> None:
+    outside = tmp_path / "out" / "x.txt"
+    outside.parent.mkdir()
+    workspace = tmp_path / "w"
+    workspace.mkdir()
+    text = 'it\'s "quoted"\nand ünïcode'
+    call = plan_write(workspace, str(outside), text + "\n", {"path": str(outside), "text": text})
+    fallback = shell_fallback(workspace, call)
+    assert fallback is not None
+    with trio.fail_after(10):
+        result = await fallback.action()
+    assert result.ok, result.text
+    assert outside.read_text() == text + "\n"
+
+
+async def test_shell_output_is_bounded(tmp_path: Path) -> None:
+    call = plan_shell(tmp_path, "head -c 200000 /dev/zero | tr '\\0' x; exit 3")
+    with trio.fail_after(10):
+        result = await call.action()
+    assert not result.ok
+    assert result.raw_output["exitCode"] == 3
+    assert result.raw_output["truncated"] is True
+    assert len(result.raw_output["output"]) == 64 * 1024
+
+
+# -------------------------------------------------------------------- sessions
+
+
+def test_sessions_persist_atomically_and_reload(tmp_path: Path) -> None:
+    store = SessionStore(tmp_path / "state")
+    first = store.create("first")
+    second = store.create(None)
+    assert store.active_id == second.session_id
+    assert second.title == "Session 2"
+    first.add_history(HistoryEntry("user", "hello"))
+    first.set_grant("/w", "fs.write", "allow")
+    assert store.save(first)
+    store.activate(first.session_id)
+    files = sorted(p.name for p in (tmp_path / "state" / "sessions").iterdir())
+    assert files == sorted(f"{s.session_id}.json" for s in (first, second))  # no temp files left
+    # A broken file is skipped, not fatal.
+    (tmp_path / "state" / "sessions" / "s-broken.json").write_text("{")
+    again = SessionStore(tmp_path / "state")
+    assert [s.session_id for s in again.sessions()] == [first.session_id, second.session_id]
+    assert again.active_id == first.session_id
+    loaded = again.get(first.session_id)
+    assert loaded.history == [HistoryEntry("user", "hello")]
+    assert loaded.grant_for("/w", "fs.write") == "allow"
+    assert loaded.grant_for("/elsewhere", "fs.write") is None
+    with pytest.raises(UnknownSession):
+        again.get("s-nope")
+    raw = msgspec.json.decode(
+        (tmp_path / "state" / "sessions" / f"{first.session_id}.json").read_bytes()
+    )
+    assert raw["sessionId"] == first.session_id and raw["presetId"] == "ask"
+
+
+def test_default_state_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    assert default_state_dir() == tmp_path / "simhost"
+    monkeypatch.delenv("XDG_STATE_HOME")
+    assert default_state_dir() == Path.home() / ".local" / "state" / "simhost"
+
+
+def test_tool_names_are_the_contracts() -> None:
+    assert TOOLS == ("fs.read", "fs.write", "fs.delete", "local_shell.local_shell")
