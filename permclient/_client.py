@@ -237,6 +237,7 @@ class Client:
         self._writing = False
         self._write_failed = False
         self._closed: str | None = None
+        self._closed_event = trio.Event()
         self.process: trio.Process | None = None
         """The runtime's process when the client came from :func:`open_process`."""
         self.tool_calls = ToolCallTracker()
@@ -252,6 +253,16 @@ class Client:
     @property
     def closed_reason(self) -> str | None:
         """Why the connection closed, or ``None`` while it is open."""
+        return self._closed
+
+    async def wait_closed(self) -> str:
+        """Wait until the connection closes (peer EOF, transport or protocol error).
+
+        Returns :attr:`closed_reason`. Useful for a program that serves requests
+        until its peer goes away.
+        """
+        await self._closed_event.wait()
+        assert self._closed is not None
         return self._closed
 
     @overload
@@ -810,6 +821,7 @@ class Client:
         if self._closed is not None:
             return
         self._closed = reason
+        self._closed_event.set()
         log.info("connection closed: %s", reason)
         outbound, self._outbound = self._outbound, {}
         for slot in outbound.values():

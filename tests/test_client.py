@@ -780,3 +780,18 @@ async def test_a_failing_telemetry_sink_never_changes_or_loses_an_answer() -> No
             assert await peer.receive() == {"jsonrpc": "2.0", "id": 2, "result": CANCELLED}
             await peer.ask_permission("nobody", request_id=3)
             assert await peer.receive() == {"jsonrpc": "2.0", "id": 3, "result": CANCELLED}
+
+
+async def test_wait_closed_returns_when_the_peer_goes_away() -> None:
+    async with connected() as (client, peer):
+        async with trio.open_nursery() as nursery:
+            reasons: list[str] = []
+
+            async def wait() -> None:
+                reasons.append(await client.wait_closed())
+
+            nursery.start_soon(wait)
+            await trio.testing.wait_all_tasks_blocked()
+            assert reasons == []
+            await peer.stream.aclose()
+        assert reasons == ["the peer closed the connection"]
