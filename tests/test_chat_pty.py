@@ -288,7 +288,8 @@ def test_two_sessions_queue_their_cards_one_at_a_time(chat_in: Any) -> None:
     chat.expect(ARMED)  # a card that comes back is armed again before it takes keys
     chat.child.send("1")  # the first card: Session 1's a.txt
     chat.expect(r"→ .*Allow.* · fs\.write: a\.txt · Session 1 \(s-")
-    chat.expect(ARMED)  # the second card: Second's b.txt
+    # The second card, Second's b.txt, once armed (its subtitle names the session).
+    chat.expect(ARMED + r"[^╰]*╰[^╯]* Second \(s-")
     chat.child.send("3")
     chat.expect(r"→ .*Deny.* · fs\.write: b\.txt · Second \(s-")
     chat.expect_prompt()

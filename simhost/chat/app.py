@@ -105,14 +105,13 @@ class ChatOptions:
 class Job:
     """A task the chat runs: a turn or a command."""
 
-    __slots__ = ("cancelled_by_user", "is_turn", "label", "scope", "session_id")
+    __slots__ = ("is_turn", "label", "scope", "session_id")
 
     def __init__(self, label: str, session_id: str | None, *, is_turn: bool = False) -> None:
         self.label = label
         self.session_id = session_id
         self.is_turn = is_turn
         self.scope = trio.CancelScope()
-        self.cancelled_by_user = False
 
 
 class ChatApp:
@@ -224,6 +223,8 @@ class ChatApp:
 
     def handle(self, event: InputEvent) -> None:
         """Act on one input event (synchronously: routing is decided here, atomically)."""
+        if self._withdrawn():
+            self._sync()  # a card permclient already answered never takes this key
         if isinstance(event, Key):
             self._on_key(event)
         elif isinstance(event, Line):
@@ -336,6 +337,7 @@ class ChatApp:
     def _answer(self, card: Approval, decision: Decision, *, how: str) -> None:
         card.answer(decision)
         self.queue.remove(card)
+        self._sync()  # the live region first, so the line below never redraws a stale card
         line = Text("→ ", style="bold")
         if isinstance(decision, Selected):
             option = card.request.option(decision.option_id)
@@ -355,9 +357,9 @@ class ChatApp:
         finally:
             # Withdrawn, turn cancelled, or closing: the card goes, and says why.
             if approval.decision is None and self.queue.remove(approval):
-                if not self._closing:
-                    self._withdrawn_notice(approval, "withdrawn by the runtime")
                 self._sync()
+                if not self._closing:
+                    self._withdrawn_notice(approval, self._withdraw_reason())
         assert approval.decision is not None
         return approval.decision
 
@@ -372,8 +374,26 @@ class ChatApp:
 
     # -------------------------------------------------------------- the screen
 
+    def _withdrawn(self) -> list[Approval]:
+        """Queued approvals that permclient no longer waits on (withdrawn, cancelled, closed).
+
+        permclient retires a request synchronously when the runtime cancels it,
+        while the handler task that queued the card runs later: the tracker's
+        ``awaiting_approval`` tells at once.
+        """
+        tracker = self.client.tool_calls
+        gone = []
+        for approval in self.queue:
+            state = tracker.get(approval.session_id, approval.request.tool_call.tool_call_id)
+            if state is not None and not state.awaiting_approval:
+                gone.append(approval)
+        return gone
+
     def _sync(self) -> None:
         """Recompute which card is shown, redraw, and wake whoever waits for a change."""
+        gone = self._withdrawn()
+        for approval in gone:
+            self.queue.remove(approval)
         card = self._visible_card()
         if card is not self._shown:
             if self._shown is not None:
@@ -384,7 +404,15 @@ class ChatApp:
                 if self.options.arm_delay > 0 and self._nursery is not None and not self._closing:
                     self._nursery.start_soon(self._arm, card)
         self.screen.refresh(self._view())
+        if not self._closing:
+            for approval in gone:
+                self._withdrawn_notice(approval, self._withdraw_reason())
         self._wake()
+
+    def _withdraw_reason(self) -> str:
+        if self.client.closed_reason is not None:
+            return "answered cancelled: the connection closed"
+        return "withdrawn by the runtime"
 
     def _wake(self) -> None:
         self._changed.set()
@@ -586,14 +614,15 @@ class ChatApp:
             self._sync()
 
     def _cancel_job(self, job: Job) -> None:
-        job.cancelled_by_user = True
         if job.is_turn and job.session_id is not None:
             # permclient answers the session's open questions ``cancelled`` as the
             # chatSend is abandoned; take their cards down now, in this same step.
-            for approval in self.queue:
-                if approval.session_id == job.session_id:
-                    self.queue.remove(approval)
-                    self._withdrawn_notice(approval, "answered cancelled: you cancelled the turn")
+            taken = [a for a in self.queue if a.session_id == job.session_id]
+            for approval in taken:
+                self.queue.remove(approval)
+            self._sync()
+            for approval in taken:
+                self._withdrawn_notice(approval, "answered cancelled: you cancelled the turn")
         job.scope.cancel()
 
     def _connection_lost(self, reason: str) -> None:

@@ -74,7 +74,7 @@ class _RuntimeLog:
         if state_dir is not None:
             state_dir.mkdir(parents=True, exist_ok=True)
             self.path: Path | None = state_dir / LOG_NAME
-            self.file = open(self.path, "ab")  # noqa: SIM115 - closed by close()
+            self.file = open(self.path, "a+b")  # noqa: SIM115 - closed by close()
         else:
             self.path = None
             self.file = tempfile.TemporaryFile()  # noqa: SIM115 - closed by close()
@@ -82,10 +82,13 @@ class _RuntimeLog:
 
     def tail(self) -> str:
         """The last lines the runtime wrote in this run (reading never moves its offset)."""
-        fd = self.file.fileno()
-        size = os.fstat(fd).st_size
-        start = max(self._start, size - _TAIL_BYTES)
-        data = os.pread(fd, size - start, start)
+        try:
+            fd = self.file.fileno()
+            size = os.fstat(fd).st_size
+            start = max(self._start, size - _TAIL_BYTES)
+            data = os.pread(fd, size - start, start)
+        except (OSError, ValueError):
+            return ""
         lines = data.decode("utf-8", "replace").splitlines()
         return "\n".join(lines[-_TAIL_LINES:])
 

@@ -106,6 +106,8 @@ def tool_line(
     if note:
         line.append(f" — {note}", style="yellow" if "grant" in note else "")
     output = _output_summary(state.raw_output)
+    if output and note and output.lower() in note.lower():
+        output = None  # the note already says it
     if output and state.is_final:
         line.append(f"  {output}", style="dim")
     return line

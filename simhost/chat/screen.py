@@ -77,6 +77,7 @@ class LiveScreen:
         )
         self._started = False
         self._printed_in_full: set[int] = set()
+        self._card_heights: dict[tuple[int | None, int, str], int] = {}
 
     @property
     def live(self) -> bool:
@@ -108,7 +109,14 @@ class LiveScreen:
         if card is not None:
             budget = self.console.size.height - _SPARE_LINES
             budget -= sum(self._height(part) for part in (*parts, *tail))
-            if self._height(card) > budget:
+            hint = card.hint.plain if isinstance(card.hint, Text) else str(card.hint)
+            key = (view.card_id, self.console.width, hint)
+            height = self._card_heights.get(key)
+            if height is None:  # a big diff is costly to measure: once per card and width
+                if len(self._card_heights) > 256:
+                    self._card_heights.clear()
+                height = self._card_heights[key] = self._height(card)
+            if height > budget:
                 if view.card_id is not None and view.card_id not in self._printed_in_full:
                     self._printed_in_full.add(view.card_id)
                     full = PermissionCard(
