@@ -81,7 +81,6 @@ __all__ = ["ChatApp", "ChatOptions", "Job"]
 
 DEFAULT_ARM_DELAY_S: Final = 0.25
 _MAX_PARTIAL: Final = 4000
-_CLOSED_POLL_S: Final = 0.25
 _SLASH: Final = Key("char", "/")
 _TOOL_UPDATES: Final = frozenset({"tool_call", "tool_call_update"})
 
@@ -641,11 +640,9 @@ class ChatApp:
             self.screen.print(Text(visible(tail), style="dim"))
 
     async def _watch_connection(self) -> None:
-        # permclient has no "wait until closed" call: poll. A request in flight
-        # learns of it at once (ConnectionClosed); this covers an idle chat.
-        while self.client.closed_reason is None:  # noqa: ASYNC110 - no event to wait on
-            await trio.sleep(_CLOSED_POLL_S)
-        self._connection_lost(self.client.closed_reason)
+        # A request in flight learns of a closed connection at once
+        # (ConnectionClosed); this covers an idle chat.
+        self._connection_lost(await self.client.wait_closed())
 
     async def _watch_process(self, process: trio.Process) -> None:
         code = await process.wait()

@@ -9,8 +9,6 @@ import trio
 import typer
 from rich.console import Console
 
-from .launch import ChatConfig, run_chat
-
 __all__ = ["chat_command"]
 
 
@@ -71,6 +69,9 @@ def chat_command(
     """
     if policy is not None and Path(policy).expanduser().is_file():
         policy = str(Path(policy).expanduser().resolve())
+    # Imported here so `simhost runtime` never pays for the chat's modules.
+    from simhost.chat.launch import ChatConfig, run_chat
+
     config = ChatConfig(
         workspace=workspace,
         policy=policy,

@@ -18,7 +18,6 @@ from rich.console import Console
 from rich.logging import RichHandler
 
 from simhost.runtime.policy import PolicyError, load_policy, shipped_policy_names
-from simhost.runtime.server import RuntimeConfig, serve_stdio
 from simhost.runtime.sessions import default_state_dir
 
 __all__ = ["runtime_command"]
@@ -102,6 +101,9 @@ def runtime_command(
         format="%(message)s",
         handlers=[RichHandler(console=_stderr, show_path=False)],
     )
+    # Imported here so `simhost chat` never pays for the runtime's server.
+    from simhost.runtime.server import RuntimeConfig, serve_stdio
+
     config = RuntimeConfig(folder.resolve(), loaded, label, state)
     try:
         trio.run(serve_stdio, config)

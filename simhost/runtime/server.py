@@ -101,7 +101,6 @@ OPTIONS: Final = [
 _ALLOW_OPTIONS: Final = {"allow": None, "allow-always": "allow"}
 _DENY_OPTIONS: Final = {"deny": None, "deny-always": "reject"}
 _CANCELLED_TURN: Final = {"stopReason": "cancelled"}
-_CLOSED_POLL_S: Final = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -537,11 +536,10 @@ def _plain_answer(text: str) -> str:
 # ------------------------------------------------------------------- serving
 
 
-class _EofSignal(trio.abc.Stream):
-    """A stream that sets ``eof`` when its receive side reaches end of input or fails.
+class _DrainAtEof(trio.abc.Stream):
+    """A stream that, at end of input, first lets every task run until all are blocked.
 
-    At end of input it first lets every task run until all are blocked, so that
-    requests already received and answerable without waiting (``initialize``,
+    So requests already received and answerable without waiting (``initialize``,
     ``sessionList``, ...) are answered before permclient tears the connection
     down: ``printf … | simhost runtime --stdio`` gets its answers. Whatever
     still waits then (a question to the editor, a running command) is cancelled.
@@ -549,7 +547,6 @@ class _EofSignal(trio.abc.Stream):
 
     def __init__(self, inner: trio.abc.Stream) -> None:
         self.inner = inner
-        self.eof = trio.Event()
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         await self.inner.send_all(data)
@@ -558,27 +555,13 @@ class _EofSignal(trio.abc.Stream):
         await self.inner.wait_send_all_might_not_block()
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
-        try:
-            data = await self.inner.receive_some(max_bytes)
-        except BaseException:
-            self.eof.set()
-            raise
+        data = await self.inner.receive_some(max_bytes)
         if not data:
             await trio.testing.wait_all_tasks_blocked()
-            self.eof.set()
         return data
 
     async def aclose(self) -> None:
-        self.eof.set()
         await self.inner.aclose()
-
-
-async def _wait_closed(client: Client, eof: trio.Event) -> None:
-    # permclient has no "wait until closed": EOF on our input is the usual end,
-    # and a slow poll catches the rest (a protocol error, a failed write).
-    while client.closed_reason is None and not eof.is_set():
-        with trio.move_on_after(_CLOSED_POLL_S):
-            await eof.wait()
 
 
 async def serve(stream: trio.abc.Stream, config: RuntimeConfig) -> None:
@@ -587,12 +570,11 @@ async def serve(stream: trio.abc.Stream, config: RuntimeConfig) -> None:
     Raises :class:`OSError` if the state folder cannot be created.
     """
     store = SessionStore(config.state_dir)
-    watched = _EofSignal(stream)
-    async with open_client(watched, dialect="bridge") as client:
+    async with open_client(_DrainAtEof(stream), dialect="bridge") as client:
         with ExitStack() as stack:
             Runtime(client, config, store).register(stack)
-            await _wait_closed(client, watched.eof)
-    log.info("the editor closed the connection: %s", client.closed_reason or "end of input")
+            reason = await client.wait_closed()
+    log.info("the editor closed the connection: %s", reason)
 
 
 def _claim_stdio() -> tuple[int, int]:
