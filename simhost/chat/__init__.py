@@ -10,10 +10,3 @@ plain lines), :mod:`.keys` and :mod:`.terminal` (the keyboard),
 :mod:`.protocol` (typed runtime results), :mod:`.text` (terminal-safe strings).
 """
 
-from __future__ import annotations
-
-from .app import ChatApp, ChatOptions
-from .card import PermissionCard
-from .launch import ChatConfig, run_chat
-
-__all__ = ["ChatApp", "ChatConfig", "ChatOptions", "PermissionCard", "run_chat"]

@@ -8,9 +8,3 @@ folder (:mod:`simhost.runtime.sessions`). :mod:`simhost.runtime.server` speaks
 the bridge dialect on permclient's connection core; docs/bridge-protocol.md is
 the contract and docs/runtime.md the user's guide.
 """
-
-from __future__ import annotations
-
-from simhost.runtime.server import Runtime, RuntimeConfig, serve, serve_stdio
-
-__all__ = ["Runtime", "RuntimeConfig", "serve", "serve_stdio"]

@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any, Final
 
 import trio
-import trio.testing
 
 import simhost
 from permclient import (
@@ -557,6 +556,8 @@ class _DrainAtEof(trio.abc.Stream):
     async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
         data = await self.inner.receive_some(max_bytes)
         if not data:
+            import trio.testing  # only at the end: it is a heavy import
+
             await trio.testing.wait_all_tasks_blocked()
         return data
 
