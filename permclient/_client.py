@@ -24,9 +24,11 @@ import trio
 from ._errors import ConnectionClosed, LocalProtocolError, RemoteProtocolError, RequestError
 from ._framing import DEFAULT_MAX_FRAME_SIZE, ContentLengthFramer, Framer, NewlineFramer
 from ._messages import (
+    DECODE_ERRORS,
     ErrorCode,
     ErrorResponse,
     InvalidMessage,
+    Message,
     Notification,
     Request,
     RequestId,
@@ -63,6 +65,11 @@ _CANCEL_METHODS: Final = frozenset({"$/cancelRequest", "$/cancel_request"})
 _RECEIVE_SIZE: Final = 256 * 1024
 _FLUSH_GRACE_S: Final = 2.0
 _BACKLOG_LIMIT: Final = 4096
+_BACKLOG_BYTES: Final = 16 * 1024 * 1024
+# Past this many queued bytes the reader stops reading until the writer catches
+# up: a peer that never reads cannot make us buffer its answers without end.
+_OUTBUF_HIGH_WATER: Final = 16 * 1024 * 1024
+DEFAULT_MAX_PENDING: Final = 16384
 _CANCELLED: Final = Cancelled()
 _NO_RESULT: Final = object()
 _PERMISSION_TASK: Final = "permclient.permission"
@@ -165,6 +172,7 @@ class _Inbound:
         "entry",
         "id",
         "is_permission",
+        "offered",
         "scope",
         "session_id",
         "started",
@@ -181,6 +189,7 @@ class _Inbound:
         self.entry: _HandlerEntry | None = None
         self.tool_call_id: str | None = None
         self.cancelled_result: Any = _NO_RESULT
+        self.offered: tuple[str, ...] = ()
 
 
 class _SessionScoped(msgspec.Struct, rename="camel"):
@@ -216,6 +225,7 @@ class Client:
         *,
         telemetry: Telemetry | None,
         max_frame_size: int,
+        max_pending: int,
     ) -> None:
         self._stream = stream
         self._dialect = dialect
@@ -230,12 +240,17 @@ class Client:
         self._request_handlers: dict[str, _Route] = {}
         self._notification_callbacks: dict[str, list[NotificationCallback]] = {}
         self._session_callbacks: dict[str, list[NotificationCallback]] = {}
-        self._backlog: deque[InboundNotification] = deque(maxlen=_BACKLOG_LIMIT)
+        self._backlog: deque[tuple[InboundNotification, int]] = deque()
+        self._backlog_bytes = 0
+        self._max_pending = max_pending
         self._outbuf = bytearray()
         self._writer_lot = trio.lowlevel.ParkingLot()
         self._flushed_lot = trio.lowlevel.ParkingLot()
         self._writing = False
         self._write_failed = False
+        # The writer outlives an outer cancellation so owed answers still go out;
+        # teardown cancels it once they are flushed (or the grace period ends).
+        self._writer_scope = trio.CancelScope(shield=True)
         self._closed: str | None = None
         self._closed_event = trio.Event()
         self.process: trio.Process | None = None
@@ -300,11 +315,11 @@ class Client:
         if slot.error is not None:
             raise slot.error
         assert slot.result is not None
-        if result_type is Any:
-            return _any_decoder.decode(slot.result)
         try:
+            if result_type is Any:
+                return _any_decoder.decode(slot.result)
             return msgspec.json.decode(slot.result, type=result_type)
-        except msgspec.DecodeError as exc:
+        except DECODE_ERRORS as exc:
             raise RemoteProtocolError(f"unexpected result for {method}: {exc}") from exc
 
     async def notify(self, method: str, params: Any = None) -> None:
@@ -385,12 +400,15 @@ class Client:
         handler get -32601. Returns a :class:`Registration` that removes the handler.
 
         Raises :class:`ValueError` for ``session/request_permission`` (use
-        :meth:`permission_handler`) or a method that already has a handler.
+        :meth:`permission_handler`) or a method that already has a handler, and
+        :class:`LocalProtocolError` if ``cancelled_result`` cannot be encoded.
         """
         if method == PERMISSION_METHOD:
             raise ValueError("permission requests are routed per session: use permission_handler()")
         if method in self._request_handlers:
             raise ValueError(f"a handler for {method!r} is already registered")
+        if cancelled_result is not _NO_RESULT:
+            encode_result(0, cancelled_result)  # fail now, not when a cancel arrives
         route = self._request_handlers[method] = _Route(handler, cancelled_result)
 
         def undo() -> None:
@@ -419,11 +437,11 @@ class Client:
         (up to 4096 across sessions) and delivered first, in order, so nothing
         sent for a new session is lost. Returns a :class:`Registration`.
         """
-        held = [n for n in self._backlog if n.session_id == session_id]
+        held = [n for n, _ in self._backlog if n.session_id == session_id]
         if held:
-            kept = [n for n in self._backlog if n.session_id != session_id]
-            self._backlog.clear()
-            self._backlog.extend(kept)
+            kept = [(n, size) for n, size in self._backlog if n.session_id != session_id]
+            self._backlog = deque(kept)
+            self._backlog_bytes = sum(size for _, size in kept)
         registration = self._add_callback(self._session_callbacks, session_id, callback)
         for notification in held:
             self._call(callback, notification)
@@ -466,6 +484,10 @@ class Client:
         self._writer_lot.unpark_all()
 
     async def _writer_loop(self) -> None:
+        with self._writer_scope:
+            await self._write_until_failed()
+
+    async def _write_until_failed(self) -> None:
         while True:
             if not self._outbuf:
                 self._flushed_lot.unpark_all()
@@ -493,7 +515,9 @@ class Client:
     async def _reader_loop(self) -> None:
         framer = self._framer
         try:
-            while True:
+            while self._closed is None:
+                if len(self._outbuf) > _OUTBUF_HIGH_WATER:
+                    await self._wait_flushed()
                 data = await self._stream.receive_some(_RECEIVE_SIZE)
                 if not data:
                     if framer.buffered:
@@ -521,8 +545,9 @@ class Client:
             self._connection_lost(f"internal error in the reader: {exc!r}")
 
     def _dispatch(self, frame: bytes) -> None:
-        message = parse_message(frame)
+        message: Message | None = None
         try:
+            message = parse_message(frame)
             if isinstance(message, Request):
                 self._on_request(message)
             elif isinstance(message, Notification):
@@ -581,16 +606,36 @@ class Client:
             return
         try:
             params = _any_decoder.decode(message.params) if message.params else None
-        except msgspec.DecodeError:
+        except DECODE_ERRORS:
             params = None
         notification = InboundNotification(method, params, session_id)
         for callback in callbacks or ():
             self._call(callback, notification)
+        if session_id is None:
+            return
+        # Looked up again: a method callback may have just registered this session.
+        session_callbacks = self._session_callbacks.get(session_id)
         if session_callbacks:
             for callback in list(session_callbacks):
                 self._call(callback, notification)
-        elif session_id is not None:
-            self._backlog.append(notification)
+        else:
+            self._hold(notification, len(message.params))
+
+    def _hold(self, notification: InboundNotification, size: int) -> None:
+        """Keep a notification for a session nobody listens to yet, within bounds."""
+        self._backlog.append((notification, size))
+        self._backlog_bytes += size
+        while len(self._backlog) > _BACKLOG_LIMIT or self._backlog_bytes > _BACKLOG_BYTES:
+            dropped, dropped_size = self._backlog.popleft()
+            self._backlog_bytes -= dropped_size
+            log.warning(
+                "dropped a held %s for session %r: more than %d notifications or %d bytes "
+                "held for sessions with no callback",
+                dropped.method,
+                dropped.session_id,
+                _BACKLOG_LIMIT,
+                _BACKLOG_BYTES,
+            )
 
     @staticmethod
     def _session_id_of(params: msgspec.Raw) -> str | None:
@@ -598,17 +643,17 @@ class Client:
             return None
         try:
             value = _session_scoped_decoder.decode(params).session_id
-        except msgspec.DecodeError:
+        except DECODE_ERRORS:
             return None
         return value if isinstance(value, str) and value else None
 
     def _on_peer_cancel(self, params: msgspec.Raw) -> None:
         try:
             target = cancel_params_decoder.decode(params).target
-        except msgspec.DecodeError as exc:
+        except DECODE_ERRORS as exc:
             log.warning("ignored a malformed cancel notification: %s", exc)
             return
-        state = self._inbound.get(target)
+        state = self._inbound.get(target) if target is not None else None
         if state is None:
             log.debug("cancel for request %r, which is not pending: nothing to do", target)
             return
@@ -627,6 +672,16 @@ class Client:
                 )
             )
             return
+        if self._closed is not None or len(self._inbound) >= self._max_pending:
+            # No handler starts once the connection is closing, nor past the bound
+            # on pending requests: answer at once, failing closed.
+            why = self._closed or f"more than {self._max_pending} requests pending"
+            log.warning("refused request %r (%s): %s", message.id, message.method, why)
+            if message.method == PERMISSION_METHOD:
+                self._queue(encode_result(message.id, _PERMISSION_CANCELLED))
+            else:
+                self._queue(encode_error(message.id, ErrorCode.INTERNAL_ERROR, why))
+            return
         if message.method == PERMISSION_METHOD:
             self._on_permission_request(message)
             return
@@ -640,7 +695,7 @@ class Client:
             return
         try:
             params = _any_decoder.decode(message.params) if message.params else None
-        except msgspec.DecodeError as exc:
+        except DECODE_ERRORS as exc:
             self._queue(
                 encode_error(message.id, ErrorCode.INVALID_PARAMS, f"invalid params: {exc}")
             )
@@ -662,7 +717,7 @@ class Client:
         request_id = message.id
         try:
             request = permission_request_decoder.decode(message.params)
-        except msgspec.DecodeError as exc:
+        except DECODE_ERRORS as exc:
             log.warning("malformed permission request %r answered cancelled: %s", request_id, exc)
             self._emit(
                 "approval.malformed",
@@ -688,6 +743,8 @@ class Client:
         state.is_permission = True
         state.entry = entry
         state.tool_call_id = request.tool_call.tool_call_id
+        # Checked against this copy: the handler gets the request and could change it.
+        state.offered = tuple([option.option_id for option in request.options])
         self._inbound[request_id] = state
         entry.pending.add(state)
         self.tool_calls.begin_approval(session_id, request.tool_call)
@@ -706,11 +763,13 @@ class Client:
     async def _run_permission(
         self, state: _Inbound, request: PermissionRequest, handler: PermissionHandler
     ) -> None:
+        if state.answered:
+            return  # withdrawn before this task started: no card for a settled question
         decision: Decision = _CANCELLED
         try:
             with state.scope:
                 answer = await handler(request)
-                decision = _checked_decision(answer, request)
+                decision = _checked_decision(answer, state.offered)
         except Exception:
             log.exception(
                 "permission handler for session %r failed; answered cancelled", state.session_id
@@ -721,9 +780,16 @@ class Client:
                 self._answer_permission(state, decision)
 
     def _answer_permission(self, state: _Inbound, decision: Decision) -> None:
-        if not self._retire(state):
+        if state.answered:
             return
-        self._queue(encode_result(state.id, PermissionResponse(decision)))
+        try:
+            body = encode_result(state.id, PermissionResponse(decision))
+        except LocalProtocolError as exc:
+            log.error("answer to %r is not encodable (%s); answered cancelled", state.id, exc)
+            decision = _CANCELLED
+            body = encode_result(state.id, _PERMISSION_CANCELLED)
+        self._retire(state)
+        self._queue(body)
         if self._telemetry is not None:
             selected = isinstance(decision, Selected)
             self._emit(
@@ -770,17 +836,17 @@ class Client:
         )
 
     async def _run_request(self, state: _Inbound, handler: RequestHandler, params: Any) -> None:
+        if state.answered:
+            return  # cancelled before this task started
         try:
             with state.scope:
                 result = await handler(params)
+                try:
+                    body = encode_result(state.id, result)
+                except LocalProtocolError as exc:
+                    log.error("handler result for %r is not encodable: %s", state.id, exc)
+                    body = encode_error(state.id, ErrorCode.INTERNAL_ERROR, "result not encodable")
                 if self._retire(state):
-                    try:
-                        body = encode_result(state.id, result)
-                    except LocalProtocolError as exc:
-                        log.error("handler result for %r is not encodable: %s", state.id, exc)
-                        body = encode_error(
-                            state.id, ErrorCode.INTERNAL_ERROR, "result not encodable"
-                        )
                     self._queue(body)
         except RequestError as exc:
             if self._retire(state):
@@ -831,15 +897,16 @@ class Client:
             self._cancel_inbound(state, "teardown")
 
 
-def _checked_decision(answer: object, request: PermissionRequest) -> Decision:
+def _checked_decision(answer: object, offered: tuple[str, ...]) -> Decision:
     """Accept ``Selected`` of an offered option or ``Cancelled``; anything else is ``Cancelled``."""
     if isinstance(answer, Selected):
-        if request.option(answer.option_id) is not None:
+        # An exact str: a subclass could compare equal to anything.
+        if type(answer.option_id) is str and answer.option_id in offered:
             return answer
         log.warning(
             "handler chose option %r, which was not offered (%s); answered cancelled",
             answer.option_id,
-            ", ".join(request.option_ids),
+            ", ".join(offered),
         )
         return _CANCELLED
     if not isinstance(answer, Cancelled):
@@ -862,6 +929,7 @@ async def open_client(
     dialect: DialectName = "bridge",
     telemetry: Telemetry | None = None,
     max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+    max_pending: int = DEFAULT_MAX_PENDING,
 ) -> AsyncIterator[Client]:
     """Open a :class:`Client` over any ``trio.abc.Stream``.
 
@@ -869,8 +937,12 @@ async def open_client(
     ``"acp"`` (newline-delimited, ``$/cancel_request``). Leaving the context
     answers every pending permission request ``cancelled`` (other inbound
     requests get -32800, or their ``cancelled_result``), fails pending requests
-    with :class:`ConnectionClosed`, flushes queued answers (up to 2 s, shielded)
-    and closes the stream.
+    with :class:`ConnectionClosed`, flushes queued answers (up to 2 s, shielded,
+    also when an outer scope cancelled the client) and closes the stream.
+
+    ``max_frame_size`` caps one inbound frame (larger ones are skipped);
+    ``max_pending`` caps inbound requests awaiting an answer: past it a new
+    permission request is answered ``cancelled`` at once, any other -32603.
 
     Raises :class:`ValueError` for an unknown dialect.
     """
@@ -881,7 +953,14 @@ async def open_client(
     # outside it, so callers never have to unwrap an ExceptionGroup.
     body_error: BaseException | None = None
     async with trio.open_nursery() as nursery:
-        client = Client(stream, spec, nursery, telemetry=telemetry, max_frame_size=max_frame_size)
+        client = Client(
+            stream,
+            spec,
+            nursery,
+            telemetry=telemetry,
+            max_frame_size=max_frame_size,
+            max_pending=max_pending,
+        )
         nursery.start_soon(client._reader_loop)
         nursery.start_soon(client._writer_loop)
         try:
@@ -892,6 +971,7 @@ async def open_client(
             client._connection_lost("the client was closed")
             with trio.move_on_after(_FLUSH_GRACE_S, shield=True):
                 await client._wait_flushed()
+            client._writer_scope.cancel()
             nursery.cancel_scope.cancel()
             with trio.CancelScope(shield=True):
                 await stream.aclose()

@@ -89,6 +89,10 @@ class InvalidMessage(msgspec.Struct, gc=False):
 
 Message = Request | Notification | Response | ErrorResponse | InvalidMessage
 
+DECODE_ERRORS: Final = (msgspec.DecodeError, RecursionError)
+"""What decoding a peer's bytes can raise: msgspec raises RecursionError, not a
+DecodeError, for JSON nested about a thousand levels deep."""
+
 _envelope_decoder: Final = msgspec.json.Decoder(_Envelope)
 _any_decoder: Final = msgspec.json.Decoder()
 _error_decoder: Final = msgspec.json.Decoder(ErrorObject)
@@ -107,7 +111,7 @@ def parse_message(frame: bytes) -> Message:
         env = _envelope_decoder.decode(frame)
     except msgspec.ValidationError as exc:
         return _invalid_shape(frame, str(exc))
-    except msgspec.DecodeError as exc:
+    except DECODE_ERRORS as exc:
         return InvalidMessage(ErrorCode.PARSE_ERROR, f"invalid JSON: {exc}")
     if env.jsonrpc != "2.0":
         return InvalidMessage(
@@ -137,7 +141,7 @@ def parse_message(frame: bytes) -> Message:
     if env.error and not env.result:
         try:
             error = _error_decoder.decode(env.error)
-        except msgspec.DecodeError as exc:
+        except DECODE_ERRORS as exc:
             error = ErrorObject(ErrorCode.INTERNAL_ERROR, f"malformed error object: {exc}")
         return ErrorResponse(env.id, error)
     return InvalidMessage(
@@ -153,7 +157,7 @@ def _invalid_shape(frame: bytes, reason: str) -> InvalidMessage:
     # error response can name the request it answers.
     try:
         value = _any_decoder.decode(frame)
-    except msgspec.DecodeError as exc:  # the shape failed first, but the JSON is bad too
+    except DECODE_ERRORS as exc:  # the shape failed first, but the JSON is bad too
         return InvalidMessage(ErrorCode.PARSE_ERROR, f"invalid JSON: {exc}")
     if isinstance(value, list):
         return InvalidMessage(ErrorCode.INVALID_REQUEST, "batch requests are not supported")
@@ -196,7 +200,7 @@ class _OutError(msgspec.Struct, kw_only=True):
 def _encode(message: msgspec.Struct) -> bytes:
     try:
         return _encoder.encode(message)
-    except (TypeError, ValueError, OverflowError) as exc:
+    except (TypeError, ValueError, OverflowError, RecursionError) as exc:
         raise LocalProtocolError(f"cannot encode message as JSON: {exc}") from exc
 
 

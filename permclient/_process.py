@@ -12,7 +12,7 @@ from typing import IO, Final
 
 import trio
 
-from ._client import Client, DialectName, open_client
+from ._client import DEFAULT_MAX_PENDING, Client, DialectName, open_client
 from ._framing import DEFAULT_MAX_FRAME_SIZE
 from ._telemetry import Telemetry
 
@@ -33,6 +33,7 @@ async def open_process(
     stderr: str | os.PathLike[str] | IO[bytes] | IO[str] | None = None,
     telemetry: Telemetry | None = None,
     max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+    max_pending: int = DEFAULT_MAX_PENDING,
 ) -> AsyncIterator[Client]:
     """Start ``argv`` as a runtime and yield a :class:`Client` over its stdin/stdout.
 
@@ -41,7 +42,8 @@ async def open_process(
     runtime runs in a process group of its own; leaving the context closes its
     stdin, waits 2 s for it to exit, then sends SIGTERM to the whole group,
     waits 2 s more, then SIGKILL: nothing it started is left running. The
-    process is available as ``client.process``.
+    process is available as ``client.process``. ``telemetry``, ``max_frame_size``
+    and ``max_pending`` are passed to :func:`open_client`.
 
     Raises :class:`OSError` (e.g. ``FileNotFoundError``) if it cannot be started.
     """
@@ -64,7 +66,11 @@ async def open_process(
         try:
             stream = trio.StapledStream(process.stdin, process.stdout)
             async with open_client(
-                stream, dialect=dialect, telemetry=telemetry, max_frame_size=max_frame_size
+                stream,
+                dialect=dialect,
+                telemetry=telemetry,
+                max_frame_size=max_frame_size,
+                max_pending=max_pending,
             ) as client:
                 client.process = process
                 yield client

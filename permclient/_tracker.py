@@ -15,6 +15,7 @@ from typing import Any, Final
 
 import msgspec
 
+from ._messages import DECODE_ERRORS
 from ._wire import ToolCallContent, ToolCallLocation, ToolCallUpdate
 
 log = logging.getLogger("permclient")
@@ -99,15 +100,20 @@ class ToolCallTracker:
     A :class:`~permclient.Client` keeps one as ``client.tool_calls`` and feeds it
     every ``session/update`` and every permission request; hosts read it.
 
-    Memory is bounded: past ``max_per_session`` tool calls in one session, the
-    oldest ones not awaiting approval are forgotten.
+    Memory is bounded: past ``max_per_session`` tool calls not awaiting
+    approval in one session, the oldest of them are forgotten (those awaiting
+    approval are bounded by the client's ``max_pending``), and past ``max_sessions``
+    sessions, the oldest session with nothing awaiting approval is.
     """
 
-    def __init__(self, *, max_per_session: int = 1024) -> None:
-        if max_per_session < 1:
-            raise ValueError("max_per_session must be at least 1")
+    def __init__(self, *, max_per_session: int = 1024, max_sessions: int = 4096) -> None:
+        if max_per_session < 1 or max_sessions < 1:
+            raise ValueError("max_per_session and max_sessions must be at least 1")
         self._max_per_session = max_per_session
+        self._max_sessions = max_sessions
         self._calls: dict[str, dict[str, ToolCallState]] = {}
+        # Tool calls awaiting approval per session: those are never evicted.
+        self._awaiting: dict[str, int] = {}
 
     def get(self, session_id: str, tool_call_id: str) -> ToolCallState | None:
         """Return the state of one tool call, or ``None`` if it was never seen."""
@@ -120,6 +126,7 @@ class ToolCallTracker:
     def forget_session(self, session_id: str) -> None:
         """Drop what is known of a session (e.g. when the host closes it)."""
         self._calls.pop(session_id, None)
+        self._awaiting.pop(session_id, None)
 
     def apply_notification(self, params: bytes) -> ToolCallState | None:
         """Fold the raw params of a ``session/update`` notification.
@@ -129,7 +136,7 @@ class ToolCallTracker:
         """
         try:
             note = _update_decoder.decode(params)
-        except msgspec.DecodeError as exc:
+        except DECODE_ERRORS as exc:
             log.debug("tracker: ignoring unreadable session/update: %s", exc)
             return None
         head = note.update
@@ -140,12 +147,12 @@ class ToolCallTracker:
         if head.content:
             try:
                 state.content = _content_decoder.decode(head.content)
-            except msgspec.DecodeError as exc:
+            except DECODE_ERRORS as exc:
                 log.debug("tracker: ignoring unreadable tool call content: %s", exc)
         if head.locations:
             try:
                 state.locations = _locations_decoder.decode(head.locations)
-            except msgspec.DecodeError as exc:
+            except DECODE_ERRORS as exc:
                 log.debug("tracker: ignoring unreadable tool call locations: %s", exc)
         return state
 
@@ -164,6 +171,8 @@ class ToolCallTracker:
     def begin_approval(self, session_id: str, update: ToolCallUpdate) -> ToolCallState:
         """Fold the request's tool call and mark it awaiting approval."""
         state = self.apply_update(session_id, update)
+        if state._approvals == 0:
+            self._awaiting[session_id] = self._awaiting.get(session_id, 0) + 1
         state._approvals += 1
         return state
 
@@ -172,20 +181,39 @@ class ToolCallTracker:
         state = self.get(session_id, tool_call_id)
         if state is not None and state._approvals > 0:
             state._approvals -= 1
+            if state._approvals == 0:
+                left = self._awaiting[session_id] - 1
+                if left:
+                    self._awaiting[session_id] = left
+                else:
+                    del self._awaiting[session_id]
 
     def _state(self, session_id: str, tool_call_id: str) -> ToolCallState:
-        calls = self._calls.setdefault(session_id, {})
+        calls = self._calls.get(session_id)
+        if calls is None:
+            if len(self._calls) >= self._max_sessions:
+                self._evict_session()
+            calls = self._calls[session_id] = {}
         state = calls.get(tool_call_id)
         if state is None:
-            if len(calls) >= self._max_per_session:
-                self._evict(calls)
+            # Only when something can go: a scan that frees nothing would make a
+            # flood of pending approvals quadratic.
+            settled = len(calls) - self._awaiting.get(session_id, 0)
+            if settled >= self._max_per_session:
+                self._evict(calls, settled)
             state = calls[tool_call_id] = ToolCallState(session_id, tool_call_id)
         return state
 
-    def _evict(self, calls: dict[str, ToolCallState]) -> None:
+    def _evict_session(self) -> None:
+        for session_id in self._calls:
+            if session_id not in self._awaiting:
+                del self._calls[session_id]
+                return
+
+    def _evict(self, calls: dict[str, ToolCallState], settled: int) -> None:
         # Dicts keep insertion order: the first entries are the oldest. Drop a
         # quarter at once so eviction is amortised, never one awaiting approval.
-        excess = len(calls) - self._max_per_session + 1
+        excess = settled - self._max_per_session + 1
         target = max(excess, self._max_per_session // 4)
         stale = list(
             itertools.islice((k for k, v in calls.items() if not v.awaiting_approval), target)

@@ -795,3 +795,195 @@ async def test_wait_closed_returns_when_the_peer_goes_away() -> None:
             assert reasons == []
             await peer.stream.aclose()
         assert reasons == ["the peer closed the connection"]
+
+
+# ------------------------------------------------------------ review findings
+
+
+async def test_owed_answers_are_written_even_when_an_outer_scope_cancels_the_client() -> None:
+    ours, theirs = trio.testing.memory_stream_pair()
+    peer = FakePeer(theirs, "bridge")
+    waiter = Waiter()
+    with trio.CancelScope() as outer:
+        async with permclient.open_client(ours) as client:
+            with client.permission_handler("s", waiter):
+                await peer.ask_permission("s", request_id=0)
+                await waiter.arrived.wait()
+                outer.cancel()
+                await trio.sleep_forever()
+    assert outer.cancelled_caught
+    assert await peer.receive() == {"jsonrpc": "2.0", "id": 0, "result": CANCELLED}
+
+
+async def test_deeply_nested_json_is_a_parse_error_not_a_dead_connection() -> None:
+    async with connected() as (client, peer):
+        deep = b'{"jsonrpc":"2.0","id":1,"method":"m","params":' + b"[" * 5000 + b"]" * 5000 + b"}"
+        await peer.send_raw(peer.framer_type.encode(deep))
+        reply = await peer.receive()
+        assert reply["id"] is None and reply["error"]["code"] == -32700
+        await assert_nothing_more(peer)
+        assert client.closed_reason is None
+
+
+async def test_an_unencodable_decision_answers_cancelled_and_keeps_the_client_alive() -> None:
+    async with connected() as (client, peer):
+
+        async def odd_meta(req: PermissionRequest) -> Selected:
+            return Selected("allow", meta={"ui": object()})
+
+        with client.permission_handler("s", odd_meta):
+            await peer.ask_permission("s", request_id=0)
+            assert await peer.receive() == {"jsonrpc": "2.0", "id": 0, "result": CANCELLED}
+            await assert_nothing_more(peer)
+
+
+async def test_an_unencodable_cancelled_result_is_refused_at_registration() -> None:
+    async with connected() as (client, _peer):
+
+        async def turn(params: Any) -> None:
+            return None
+
+        with pytest.raises(permclient.LocalProtocolError):
+            client.on_request("chatSend", turn, cancelled_result={"x": object()})
+
+
+async def test_a_peer_that_never_reads_cannot_grow_our_write_buffer_without_end(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from permclient import _client
+
+    monkeypatch.setattr(_client, "_OUTBUF_HIGH_WATER", 2000)
+    ours, theirs = trio.testing.lockstep_stream_pair()
+    peer = FakePeer(theirs, "bridge")
+    async with permclient.open_client(ours) as client, trio.open_nursery() as nursery:
+        sent = 0
+
+        async def flood() -> None:
+            nonlocal sent
+            for n in range(500):
+                await peer.request("no/such/method", {}, request_id=n)
+                sent += 1
+
+        nursery.start_soon(flood)
+        await trio.testing.wait_all_tasks_blocked()
+        assert sent < 500  # the client stopped reading: the flood is held back
+        assert len(client._outbuf) < 2000 + 1000
+        answered = set()
+        while len(answered) < 500:
+            answered.add((await peer.receive())["id"])
+        assert answered == set(range(500))
+
+
+async def test_past_max_pending_a_permission_request_is_answered_cancelled_at_once() -> None:
+    async with connected(max_pending=2) as (client, peer):
+        waiter = Waiter()
+        with client.permission_handler("s", waiter):
+            for n in range(3):
+                await peer.ask_permission("s", f"c{n}", request_id=n)
+            assert await peer.receive() == {"jsonrpc": "2.0", "id": 2, "result": CANCELLED}
+            await trio.testing.wait_all_tasks_blocked()
+            assert [r.tool_call.tool_call_id for r in waiter.seen] == ["c0", "c1"]
+
+
+async def test_held_notifications_are_bounded_and_the_newest_are_kept(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from permclient import _client
+
+    monkeypatch.setattr(_client, "_BACKLOG_LIMIT", 3)
+    async with connected() as (client, peer):
+        for n in range(5):
+            await peer.notify("session/update", {"sessionId": "late", "n": n})
+        await assert_nothing_more(peer)
+        seen: list[int] = []
+        with client.on_session_notification("late", lambda note: seen.append(note.params["n"])):
+            pass
+    assert seen == [2, 3, 4]
+    assert "dropped a held session/update" in caplog.text
+
+
+async def test_after_a_write_failure_no_new_handler_starts() -> None:
+    ours, theirs = trio.testing.memory_stream_pair()
+    peer = FakePeer(theirs, "bridge")
+    waiter = Waiter()
+    async with permclient.open_client(ours) as client:
+        with client.permission_handler("s", waiter):
+            await theirs.receive_stream.aclose()  # the peer stops reading: our writes fail
+            await client.notify("ping", {})  # queues a write that fails
+            await client.wait_closed()
+            await peer.ask_permission("s")
+            await trio.testing.wait_all_tasks_blocked()
+            assert waiter.seen == []
+
+
+async def test_a_handler_that_changes_the_request_cannot_widen_the_offer() -> None:
+    async with connected() as (client, peer):
+
+        async def sneaky(req: PermissionRequest) -> Selected:
+            req.options.append(permclient.PermissionOption("allow-all", "All", "allow_always"))
+            return Selected("allow-all")
+
+        with client.permission_handler("s", sneaky):
+            await peer.ask_permission("s", request_id=0)
+            assert (await peer.receive())["result"] == CANCELLED
+
+
+async def test_a_request_withdrawn_in_the_same_read_never_reaches_its_handler() -> None:
+    async with connected() as (client, peer):
+        waiter = Waiter()
+        with client.permission_handler("s", waiter):
+            ask = {"jsonrpc": "2.0", "id": 1, "method": "session/request_permission"}
+            params = {
+                "sessionId": "s",
+                "toolCall": {"toolCallId": "c1"},
+                "options": allow_deny(),
+            }
+            cancel = {"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": 1}}
+            await peer.send_raw(
+                peer.framer_type.encode(json.dumps({**ask, "params": params}).encode())
+                + peer.framer_type.encode(json.dumps(cancel).encode())
+            )
+            assert await peer.receive() == {"jsonrpc": "2.0", "id": 1, "result": CANCELLED}
+            await assert_nothing_more(peer)
+            assert waiter.seen == []
+
+
+async def test_a_session_callback_registered_by_a_method_callback_gets_that_notification() -> None:
+    async with connected() as (client, peer):
+        seen: list[int] = []
+        registrations = []
+
+        def first_sight(note: permclient.InboundNotification) -> None:
+            if not registrations and note.session_id:
+                registrations.append(
+                    client.on_session_notification(
+                        note.session_id, lambda n: seen.append(n.params["n"])
+                    )
+                )
+
+        with client.on_notification("session/update", first_sight):
+            for n in range(3):
+                await peer.notify("session/update", {"sessionId": "s", "n": n})
+            await assert_nothing_more(peer)
+        assert seen == [0, 1, 2]
+
+
+async def test_a_cancel_without_an_id_cancels_nothing() -> None:
+    async with connected() as (client, peer):
+        waiter = Waiter()
+        with client.permission_handler("s", waiter):
+            params = {"sessionId": "s", "toolCall": {"toolCallId": "n"}, "options": allow_deny()}
+            await peer.send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": None,
+                    "method": "session/request_permission",
+                    "params": params,
+                }
+            )
+            await waiter.arrived.wait()
+            await peer.notify("$/cancel_request", {})
+            await peer.notify("$/cancelRequest", {"id": None})
+            await assert_nothing_more(peer)
+            assert client.pending_permissions("s") == 1
+            assert waiter.cancelled == []

@@ -85,5 +85,26 @@ def test_memory_is_bounded_but_calls_awaiting_approval_are_kept() -> None:
     for n in range(100):
         tracker.apply_update("s", ToolCallUpdate(tool_call_id=f"c{n}", status="completed"))
     ids = [state.tool_call_id for state in tracker.session("s")]
-    assert len(ids) <= 8
+    assert len(ids) <= 8 + 1  # eight settled at most, plus the one awaiting approval
     assert "asking" in ids and "c99" in ids
+
+
+def test_a_flood_of_pending_approvals_never_scans_in_vain() -> None:
+    tracker = ToolCallTracker(max_per_session=4)
+    scans = []
+    original = tracker._evict
+    tracker._evict = lambda calls, settled: (scans.append(settled), original(calls, settled))  # type: ignore[method-assign]
+    for n in range(200):
+        tracker.begin_approval("s", ToolCallUpdate(tool_call_id=f"p{n}"))
+    assert scans == []  # nothing could be dropped, so nothing was scanned
+    assert len(tracker.session("s")) == 200
+
+
+def test_sessions_are_bounded_but_one_awaiting_approval_is_kept() -> None:
+    tracker = ToolCallTracker(max_sessions=3)
+    tracker.begin_approval("asking", ToolCallUpdate(tool_call_id="c"))
+    for n in range(10):
+        tracker.apply_update(f"s{n}", ToolCallUpdate(tool_call_id="c"))
+    assert tracker.get("asking", "c") is not None
+    assert tracker.get("s9", "c") is not None
+    assert tracker.get("s0", "c") is None
