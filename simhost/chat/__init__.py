@@ -9,4 +9,3 @@ a person answers it. Layout: :mod:`.cli` (the Typer command), :mod:`.launch`
 plain lines), :mod:`.keys` and :mod:`.terminal` (the keyboard),
 :mod:`.protocol` (typed runtime results), :mod:`.text` (terminal-safe strings).
 """
-

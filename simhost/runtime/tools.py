@@ -141,6 +141,33 @@ def _refused(
     return call
 
 
+def _refused_outside(
+    tool: ToolName,
+    kind: ToolKind,
+    workspace: Path,
+    path_text: str,
+    raw_input: dict[str, Any],
+    absolute: Path,
+    resolved: Path,
+) -> ToolCall:
+    refused = _refused(tool, kind, path_text, raw_input, _outside(workspace, absolute, resolved))
+    refused.target = absolute  # what the shell fallback acts on
+    return refused
+
+
+def _existing_file(
+    tool: ToolName, kind: ToolKind, workspace: Path, path_text: str, raw_input: dict[str, Any]
+) -> tuple[Path, Path] | ToolCall:
+    """``(absolute, resolved)`` of a file that must exist in the workspace, else a refused call."""
+    absolute, resolved, inside = resolve(workspace, path_text)
+    if not inside:
+        return _refused_outside(tool, kind, workspace, path_text, raw_input, absolute, resolved)
+    if not resolved.is_file():
+        why = "is a folder" if resolved.is_dir() else "does not exist"
+        return _refused(tool, kind, path_text, raw_input, Refusal(f"{resolved} {why}"))
+    return absolute, resolved
+
+
 def _outside(workspace: Path, absolute: Path, resolved: Path) -> Refusal:
     if resolved == workspace:
         return Refusal(f"{absolute} is the workspace folder itself")
@@ -189,11 +216,7 @@ def plan_write(
     tool: ToolName = "fs.write"
     absolute, resolved, inside = resolve(workspace, path_text)
     if not inside:
-        refused = _refused(
-            tool, "edit", path_text, raw_input, _outside(workspace, absolute, resolved)
-        )
-        refused.target = absolute
-        return refused
+        return _refused_outside(tool, "edit", workspace, path_text, raw_input, absolute, resolved)
     if resolved.is_dir():
         return _refused(tool, "edit", path_text, raw_input, Refusal(f"{resolved} is a folder"))
     try:
@@ -284,16 +307,10 @@ def plan_read(workspace: Path, path_text: str) -> ToolCall:
     """Plan ``fs.read``; refused outside the workspace. The action reports the text."""
     tool: ToolName = "fs.read"
     raw_input = {"path": path_text}
-    absolute, resolved, inside = resolve(workspace, path_text)
-    if not inside:
-        refused = _refused(
-            tool, "read", path_text, raw_input, _outside(workspace, absolute, resolved)
-        )
-        refused.target = absolute
-        return refused
-    if not resolved.is_file():
-        why = "is a folder" if resolved.is_dir() else "does not exist"
-        return _refused(tool, "read", path_text, raw_input, Refusal(f"{resolved} {why}"))
+    target = _existing_file(tool, "read", workspace, path_text, raw_input)
+    if isinstance(target, ToolCall):
+        return target
+    absolute, resolved = target
 
     async def read() -> ToolResult:
         await trio.lowlevel.checkpoint()
@@ -325,16 +342,10 @@ def plan_delete(workspace: Path, path_text: str) -> ToolCall:
     """Plan ``fs.delete`` of a file; refused outside the workspace or for a folder."""
     tool: ToolName = "fs.delete"
     raw_input = {"path": path_text}
-    absolute, resolved, inside = resolve(workspace, path_text)
-    if not inside:
-        refused = _refused(
-            tool, "delete", path_text, raw_input, _outside(workspace, absolute, resolved)
-        )
-        refused.target = absolute
-        return refused
-    if not resolved.is_file():
-        why = "is a folder" if resolved.is_dir() else "does not exist"
-        return _refused(tool, "delete", path_text, raw_input, Refusal(f"{resolved} {why}"))
+    target = _existing_file(tool, "delete", workspace, path_text, raw_input)
+    if isinstance(target, ToolCall):
+        return target
+    absolute, resolved = target
 
     async def delete() -> ToolResult:
         await trio.lowlevel.checkpoint()
