@@ -814,18 +814,21 @@ class Client:
         return True
 
     def _cancel_inbound(self, state: _Inbound, by: str) -> None:
-        """Cancel a pending inbound request's scope and answer it now, without waiting."""
-        if not self._retire(state):
+        """Cancel a pending inbound request's scope and see that it is answered.
+
+        A permission request is answered ``cancelled`` now, without waiting. Another
+        request cancelled by the peer is answered when its handler has unwound, so
+        whatever the handler withdraws on its way out (its own pending requests) is
+        on the wire before the answer; on turn cancel or teardown it is answered now.
+        """
+        if state.answered:
             return
         state.scope.cancel()
         if not state.is_permission:
-            if state.cancelled_result is _NO_RESULT:
-                self._queue(
-                    encode_error(state.id, ErrorCode.REQUEST_CANCELLED, f"request cancelled ({by})")
-                )
-            else:
-                self._queue(encode_result(state.id, state.cancelled_result))
+            if by != "peer" and self._retire(state):
+                self._queue(self._cancelled_answer(state))
             return
+        self._retire(state)
         self._queue(encode_result(state.id, _PERMISSION_CANCELLED))
         self._emit(
             "approval.cancelled",
@@ -835,31 +838,38 @@ class Client:
             latency_ms=round((time.monotonic() - state.started) * 1000, 3),
         )
 
+    @staticmethod
+    def _cancelled_answer(state: _Inbound) -> bytes:
+        if state.cancelled_result is _NO_RESULT:
+            return encode_error(state.id, ErrorCode.REQUEST_CANCELLED, "request cancelled")
+        return encode_result(state.id, state.cancelled_result)
+
     async def _run_request(self, state: _Inbound, handler: RequestHandler, params: Any) -> None:
-        if state.answered:
-            return  # cancelled before this task started
         try:
+            if state.answered or state.scope.cancel_called:
+                return  # cancelled before this task started: the finally answers
             with state.scope:
                 result = await handler(params)
-                try:
-                    body = encode_result(state.id, result)
-                except LocalProtocolError as exc:
-                    log.error("handler result for %r is not encodable: %s", state.id, exc)
-                    body = encode_error(state.id, ErrorCode.INTERNAL_ERROR, "result not encodable")
-                if self._retire(state):
-                    self._queue(body)
-        except RequestError as exc:
+            if state.scope.cancel_called:
+                return  # the handler swallowed its cancellation: still a cancelled answer
+            try:
+                body = encode_result(state.id, result)
+            except LocalProtocolError as exc:
+                log.error("handler result for %r is not encodable: %s", state.id, exc)
+                body = encode_error(state.id, ErrorCode.INTERNAL_ERROR, "result not encodable")
             if self._retire(state):
+                self._queue(body)
+        except RequestError as exc:
+            if not state.scope.cancel_called and self._retire(state):
                 self._queue(_encode_request_error(state.id, exc))
         except Exception:
             log.exception("request handler failed")
-            if self._retire(state):
+            if not state.scope.cancel_called and self._retire(state):
                 self._queue(encode_error(state.id, ErrorCode.INTERNAL_ERROR, "internal error"))
         finally:
+            # Every path, our own cancellation included: exactly one answer.
             if self._retire(state):
-                self._queue(
-                    encode_error(state.id, ErrorCode.REQUEST_CANCELLED, "request cancelled")
-                )
+                self._queue(self._cancelled_answer(state))
 
     # --------------------------------------------------------- outbound cancels
 

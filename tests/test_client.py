@@ -987,3 +987,29 @@ async def test_a_cancel_without_an_id_cancels_nothing() -> None:
             await assert_nothing_more(peer)
             assert client.pending_permissions("s") == 1
             assert waiter.cancelled == []
+
+
+async def test_a_peer_cancelled_turn_withdraws_its_own_questions_before_answering() -> None:
+    async with connected() as (client, peer):
+        asked = trio.Event()
+
+        async def turn(params: Any) -> dict[str, str]:
+            asked.set()
+            await client.request("session/request_permission", {"sessionId": "s"})
+            return {"stopReason": "end_turn"}  # pragma: no cover - cancelled
+
+        with client.on_request("chatSend", turn, cancelled_result={"stopReason": "cancelled"}):
+            turn_id = await peer.request("chatSend", {"sessionId": "s", "text": "x"}, "turn")
+            question = await peer.receive()
+            assert question["method"] == "session/request_permission"
+            await peer.notify("$/cancelRequest", {"id": turn_id})
+            assert await peer.receive() == {
+                "jsonrpc": "2.0",
+                "method": "$/cancelRequest",
+                "params": {"id": question["id"]},
+            }
+            assert await peer.receive() == {
+                "jsonrpc": "2.0",
+                "id": turn_id,
+                "result": {"stopReason": "cancelled"},
+            }
