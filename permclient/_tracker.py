@@ -28,6 +28,7 @@ class ToolCallState:
     """What is known of one tool call of one session, folded from its events."""
 
     __slots__ = (
+        "_announced",
         "_approvals",
         "content",
         "kind",
@@ -51,6 +52,7 @@ class ToolCallState:
         self.raw_input: Any = None
         self.raw_output: Any = None
         self._approvals = 0
+        self._announced = False  # seen in a session/update, not only in a permission request
 
     @property
     def awaiting_approval(self) -> bool:
@@ -143,6 +145,7 @@ class ToolCallTracker:
         if head.session_update not in _TOOL_CALL_UPDATES or not head.tool_call_id:
             return None
         state = self._state(note.session_id, head.tool_call_id)
+        state._announced = True
         self._merge(state, head.title, head.kind, head.status, head.raw_input, head.raw_output)
         if head.content:
             try:
@@ -177,7 +180,11 @@ class ToolCallTracker:
         return state
 
     def end_approval(self, session_id: str, tool_call_id: str) -> None:
-        """Mark one permission request for the tool call as answered."""
+        """Mark one permission request for the tool call as answered.
+
+        A tool call known only through permission requests (never announced by a
+        ``session/update``) is forgotten once its last request is answered.
+        """
         state = self.get(session_id, tool_call_id)
         if state is not None and state._approvals > 0:
             state._approvals -= 1
@@ -187,6 +194,10 @@ class ToolCallTracker:
                     self._awaiting[session_id] = left
                 else:
                     del self._awaiting[session_id]
+                if not state._announced:
+                    # Known only through its permission requests, all answered now:
+                    # no update will ever move it, so there is nothing left to track.
+                    del self._calls[session_id][tool_call_id]
 
     def _state(self, session_id: str, tool_call_id: str) -> ToolCallState:
         calls = self._calls.get(session_id)

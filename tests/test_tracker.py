@@ -108,3 +108,15 @@ def test_sessions_are_bounded_but_one_awaiting_approval_is_kept() -> None:
     assert tracker.get("asking", "c") is not None
     assert tracker.get("s9", "c") is not None
     assert tracker.get("s0", "c") is None
+
+
+def test_a_call_known_only_from_permission_requests_is_forgotten_once_answered() -> None:
+    tracker = ToolCallTracker()
+    tracker.begin_approval("s", ToolCallUpdate(tool_call_id="asked-only"))
+    tracker.apply_notification(_note("s", "tool_call", title="announced"))  # toolCallId "c"
+    tracker.begin_approval("s", ToolCallUpdate(tool_call_id="c"))
+    tracker.end_approval("s", "asked-only")
+    tracker.end_approval("s", "c")
+    assert tracker.get("s", "asked-only") is None
+    announced = tracker.get("s", "c")
+    assert announced is not None and not announced.awaiting_approval

@@ -384,7 +384,9 @@ class ChatApp:
         gone = []
         for approval in self.queue:
             state = tracker.get(approval.session_id, approval.request.tool_call.tool_call_id)
-            if state is not None and not state.awaiting_approval:
+            # None: a call known only from its permission requests is forgotten once
+            # they are all answered; it existed while this card's request was pending.
+            if state is None or not state.awaiting_approval:
                 gone.append(approval)
         return gone
 
