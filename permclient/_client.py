@@ -481,7 +481,8 @@ class Client:
         if self._write_failed:
             return  # a dead transport is the only reason an answer is dropped
         self._outbuf += self._encode_frame(body)
-        self._writer_lot.unpark_all()
+        if self._writer_lot:  # only when the writer is parked: unpark_all is not free
+            self._writer_lot.unpark_all()
 
     async def _writer_loop(self) -> None:
         with self._writer_scope:
@@ -490,7 +491,8 @@ class Client:
     async def _write_until_failed(self) -> None:
         while True:
             if not self._outbuf:
-                self._flushed_lot.unpark_all()
+                if self._flushed_lot:
+                    self._flushed_lot.unpark_all()
                 await self._writer_lot.park()
                 continue
             data, self._outbuf = self._outbuf, bytearray()
