@@ -265,6 +265,19 @@ async def test_a_new_card_ignores_keys_for_a_moment(autojump_clock: trio.abc.Clo
         assert answers_of(chat.runtime) == [("s-1", "selected", "deny")]
 
 
+async def test_a_key_read_before_the_card_was_armed_never_answers_it(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    async with running_chat(options=ChatOptions(arm_delay=0.25)) as chat:
+        await chat.type_line("ask a.txt")
+        typed_early = trio.current_time()  # e.g. read while a big card was being drawn
+        await trio.sleep(0.3)
+        await chat.press(Key("char", "1", at=typed_early))
+        assert chat.runtime.answers == []
+        await chat.press(Key("char", "3", at=trio.current_time()))
+        assert answers_of(chat.runtime) == [("s-1", "selected", "deny")]
+
+
 async def test_standing_grant_is_shown() -> None:
     async with running_chat() as chat:
         await chat.type_line("grant a.txt")

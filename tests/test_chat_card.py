@@ -275,3 +275,29 @@ def test_plain_screen_prints_each_card_and_marker_once() -> None:
     output = console.file.getvalue()  # type: ignore[attr-defined]
     assert output.count("Permission request") == 1
     assert output.count("⧗ 1 approval waiting") == 1
+
+
+def test_a_tool_kind_from_the_runtime_cannot_reach_the_terminal_raw() -> None:
+    from permclient import ToolCallTracker
+    from simhost.chat.render import tool_line
+
+    tracker = ToolCallTracker()
+    state = tracker.apply_notification(
+        msgspec.json.encode(
+            {
+                "sessionId": "s",
+                "update": {
+                    "sessionUpdate": "tool_call",
+                    "toolCallId": "c",
+                    "title": "harmless",
+                    "kind": "\x1b]0;PWNED\x07\x1b[31m",
+                },
+            }
+        )
+    )
+    assert state is not None
+    console = Console(file=io.StringIO(), width=100, force_terminal=True, color_system=None)
+    console.print(tool_line(state))
+    out = console.file.getvalue()  # type: ignore[attr-defined]
+    assert "\x1b]0;" not in out and "\x07" not in out
+    assert "\\x1b]0;PWNED" in out

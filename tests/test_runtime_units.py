@@ -269,6 +269,30 @@ async def test_a_write_is_not_made_if_the_file_changed_after_it_was_shown(tmp_pa
     assert target.read_text() == "changed\n"
 
 
+async def test_an_approved_delete_never_follows_a_folder_swapped_for_a_symlink(
+    tmp_path: Path,
+) -> None:
+    workspace, outside = tmp_path / "w", tmp_path / "outside"
+    (workspace / "sub").mkdir(parents=True)
+    outside.mkdir()
+    (workspace / "sub" / "f.txt").write_text("mine\n")
+    (outside / "f.txt").write_text("not yours\n")
+    call = plan_delete(workspace, "sub/f.txt")
+    assert call.refusal is None
+    (workspace / "sub" / "f.txt").unlink()
+    (workspace / "sub").rmdir()
+    (workspace / "sub").symlink_to(outside)  # while the question is open
+    result = await call.action()
+    assert not result.ok and "changed since" in result.text
+    assert (outside / "f.txt").read_text() == "not yours\n"
+
+
+def test_a_write_to_a_fifo_is_refused_before_it_could_block(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "pipe")
+    call = plan_write(tmp_path, "pipe", "x", {"path": "pipe", "text": "x"})
+    assert call.refusal is not None and "not a regular file" in call.refusal.reason
+
+
 async def test_the_shell_fallback_writes_what_the_file_tool_would_have(tmp_path: Path) -> None:
     outside = tmp_path / "out" / "x.txt"
     outside.parent.mkdir()

@@ -245,6 +245,9 @@ class ChatApp:
             card = self._keyboard_card()
             if card is None:
                 return  # just came up: keys are held back for a moment
+            assert card.shown_at is not None
+            if key.at is not None and key.at < card.shown_at + self.options.arm_delay:
+                return  # read before the card was drawn and armed: typed for something else
             if key == _SLASH and self.foreground is None:
                 self.editor.handle(key)  # a command first: the card waits behind the marker
                 return
@@ -400,11 +403,13 @@ class ChatApp:
             if self._shown is not None:
                 self._shown.shown_at = None
             self._shown = card
-            if card is not None:
-                card.shown_at = trio.current_time()
-                if self.options.arm_delay > 0 and self._nursery is not None and not self._closing:
-                    self._nursery.start_soon(self._arm, card)
         self.screen.refresh(self._view())
+        if card is not None and card.shown_at is None:
+            # Stamped once the card is drawn: a large card can take a while to draw,
+            # and keys typed meanwhile must not count as answers to it.
+            card.shown_at = trio.current_time()
+            if self.options.arm_delay > 0 and self._nursery is not None and not self._closing:
+                self._nursery.start_soon(self._arm, card)
         if not self._closing:
             for approval in gone:
                 self._withdrawn_notice(approval, self._withdraw_reason())

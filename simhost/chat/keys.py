@@ -15,7 +15,7 @@ nothing in the chat reacts to them, and an Alt chord must never be read as
 from __future__ import annotations
 
 import codecs
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final, Literal, TypeAlias
 
 __all__ = ["Key", "KeyDecoder", "KeyName", "LineEditor"]
@@ -44,6 +44,9 @@ class Key:
 
     name: KeyName
     char: str = ""
+    # When the key was read (trio clock; None when unknown): a key read before a card
+    # was on screen and armed must not answer it, however late it is handled.
+    at: float | None = field(default=None, compare=False)
 
     @classmethod
     def of(cls, char: str) -> Key:

@@ -100,7 +100,7 @@ def tool_line(
     line.append(GLYPHS.get(status, "?") + " ", style=_GLYPH_STYLES.get(status, ""))
     line.append(visible(state.title or state.tool_call_id), style="bold")
     if state.kind:
-        line.append(f"  [{state.kind}]", style="magenta")
+        line.append(f"  [{visible(state.kind)}]", style="magenta")
     line.append(f"  {status.replace('_', ' ')}", style=_GLYPH_STYLES.get(status, ""))
     note = decision_note(meta) if meta else None
     if note:
@@ -200,7 +200,7 @@ def history_view(history: SessionHistory, *, peek: bool, limit: int = 40) -> Pan
 def permissions_view(session_id: str, title: str | None, result: PermissionsResult) -> Table:
     """The ``/policy`` table: presets (current one marked) and standing grants."""
     table = Table(
-        title=f"Permissions of {session_label(session_id, title)}",
+        title=Text(f"Permissions of {session_label(session_id, title)}"),
         title_justify="left",
         show_header=True,
     )

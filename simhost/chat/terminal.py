@@ -14,7 +14,7 @@ import signal
 import sys
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final, TypeAlias
 
 import trio
@@ -129,8 +129,9 @@ async def read_keys(
         if not data:
             await send.send(EndOfInput())
             return
+        read_at = trio.current_time()
         for key in decoder.feed(data):
-            await send.send(key)
+            await send.send(replace(key, at=read_at))
 
 
 async def read_lines(

@@ -217,8 +217,10 @@ def plan_write(
     absolute, resolved, inside = resolve(workspace, path_text)
     if not inside:
         return _refused_outside(tool, "edit", workspace, path_text, raw_input, absolute, resolved)
-    if resolved.is_dir():
-        return _refused(tool, "edit", path_text, raw_input, Refusal(f"{resolved} is a folder"))
+    if resolved.exists() and not resolved.is_file():
+        # A folder, or a FIFO/device whose open would block the whole runtime.
+        why = "is a folder" if resolved.is_dir() else "is not a regular file"
+        return _refused(tool, "edit", path_text, raw_input, Refusal(f"{resolved} {why}"))
     try:
         old = _current_text(resolved)
     except (OSError, ValueError) as exc:
@@ -349,6 +351,12 @@ def plan_delete(workspace: Path, path_text: str) -> ToolCall:
 
     async def delete() -> ToolResult:
         await trio.lowlevel.checkpoint()
+        # Checked again after the answer: the path must still lead to the file shown
+        # (a folder swapped for a symlink meanwhile would point the delete elsewhere).
+        _, now, inside = resolve(workspace, path_text)
+        if not inside or now != resolved or not now.is_file():
+            why = f"{path_text} changed since the question; not deleted"
+            return ToolResult(False, why, {"error": "changed"})
         try:
             resolved.unlink()
         except OSError as exc:
