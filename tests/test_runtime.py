@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -420,6 +421,38 @@ async def test_cancelling_a_turn_kills_its_running_shell_command(tmp_path: Path)
             with pytest.raises(ProcessLookupError):
                 os.kill(pid, 0)
             assert statuses(editor.last_call(session)) == ["pending", "in_progress", "failed"]
+
+
+async def test_sigterm_to_the_runtime_kills_its_running_shell_command(tmp_path: Path) -> None:
+    with trio.fail_after(BOUND_S):
+        async with open_runtime(tmp_path) as editor:
+            session = await editor.new_session()
+            pid_fifo = editor.workspace / "pid"
+            os.mkfifo(pid_fifo)
+            runtime = editor.client.process
+            assert runtime is not None
+            with editor.client.permission_handler(session, answering("allow", [])):
+                async with trio.open_nursery() as nursery:
+
+                    async def turn() -> None:
+                        text = f"run echo $$ > {pid_fifo}; exec sleep 60"
+                        try:
+                            result = await editor.client.request(
+                                "chatSend", {"sessionId": session, "text": text}
+                            )
+                        except permclient.ConnectionClosed:
+                            return  # gone before its answer was flushed: also fine
+                        assert result == {"stopReason": "cancelled"}
+
+                    nursery.start_soon(turn)
+                    pid = int(
+                        await trio.to_thread.run_sync(pid_fifo.read_text, abandon_on_cancel=True)
+                    )
+                    command = os.pidfd_open(pid)  # readable once the command has ended
+                    runtime.send_signal(signal.SIGTERM)
+                    await runtime.wait()
+            await trio.lowlevel.wait_readable(command)
+            os.close(command)
 
 
 async def test_on_the_wire_a_cancelled_turn_answers_cancelled_and_withdraws_each_question(

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from contextlib import ExitStack, suppress
@@ -578,6 +579,16 @@ async def serve(stream: trio.abc.Stream, config: RuntimeConfig) -> None:
     log.info("the editor closed the connection: %s", reason)
 
 
+async def _stop_on_signal(scope: trio.CancelScope) -> None:
+    # SIGTERM or SIGHUP (the editor or its terminal went away): unwind like a
+    # cancelled turn, so running commands' process groups are killed, not orphaned.
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP) as signals:
+        async for signum in signals:
+            log.info("received %s: stopping", signal.Signals(signum).name)
+            scope.cancel()
+            return
+
+
 def _claim_stdio() -> tuple[int, int]:
     """Take stdin/stdout for the protocol; point fds 0 and 1 elsewhere.
 
@@ -613,7 +624,10 @@ async def serve_stdio(config: RuntimeConfig, fds: Sequence[int] | None = None) -
         stream = trio.StapledStream(
             trio.lowlevel.FdStream(protocol_out), trio.lowlevel.FdStream(protocol_in)
         )
-        await serve(stream, config)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_stop_on_signal, nursery.cancel_scope)
+            await serve(stream, config)
+            nursery.cancel_scope.cancel()
     finally:
         for fd in keep:
             with suppress(OSError):
