@@ -369,6 +369,20 @@ async def test_lines_mode_answers_with_lines() -> None:
         ]
 
 
+async def test_a_line_read_before_a_card_came_up_never_answers_it(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    async with running_chat(options=ChatOptions(input_mode="lines", arm_delay=0)) as chat:
+        read_for_the_prompt = trio.current_time()
+        await trio.sleep(1)
+        await chat.event(Line("ask a.txt"))
+        await chat.event(Line("1", at=read_for_the_prompt))  # the card came up after it
+        assert chat.runtime.answers == []
+        assert "ignored, not an answer" in chat.text
+        await chat.event(Line("3", at=trio.current_time()))
+        assert answers_of(chat.runtime) == [("s-1", "selected", "deny")]
+
+
 async def test_a_script_on_a_pipe_is_read_only_when_the_chat_is_ready() -> None:
     """The line reader gates on the chat: an answer line never becomes a prompt."""
     script = b"ask a.txt\n3\n\nask b.txt\n1\n/bg gate; ask c.txt\n/wait\nesc\n/quit\n"

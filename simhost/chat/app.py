@@ -227,7 +227,7 @@ class ChatApp:
         if isinstance(event, Key):
             self._on_key(event)
         elif isinstance(event, Line):
-            self._on_line(event.text)
+            self._on_line(event.text, event.at)
         elif isinstance(event, Interrupt):
             self._on_interrupt()
         elif isinstance(event, EndOfInput):
@@ -269,11 +269,23 @@ class ChatApp:
                 return
             self._submit(line)
 
-    def _on_line(self, text: str) -> None:
+    def _on_line(self, text: str, read_at: float | None = None) -> None:
         text = text.strip()
         if not text:
             return
         card = self._shown
+        # A line read before this card was up was meant for something else.
+        stale = (
+            card is not None
+            and read_at is not None
+            and (card.shown_at is None or read_at < card.shown_at)
+        )
+        if stale:
+            self._note(
+                f"the card changed before {visible(text)!r} was read: ignored, not an answer",
+                style="red",
+            )
+            return
         if card is not None:
             lowered = text.lower()
             if lowered in ("esc", "cancel", "cancelled"):

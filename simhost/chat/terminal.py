@@ -49,6 +49,9 @@ class Line:
 
     text: str
     handled: trio.Event | None = None
+    # When the chat was found ready for it (trio clock): a line read for one card,
+    # or for the prompt, must not answer a card that came up after it.
+    at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +167,8 @@ async def read_lines(
             await send.send(EndOfInput())
             return
         handled = trio.Event()
-        await send.send(Line(raw.decode("utf-8", "replace").rstrip("\r"), handled))
+        text = raw.decode("utf-8", "replace").rstrip("\r")
+        await send.send(Line(text, handled, trio.current_time()))
         await handled.wait()
 
 
