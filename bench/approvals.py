@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -125,6 +126,23 @@ def _timed(result: dict[str, Any], cpu: float, elapsed: float) -> dict[str, Any]
     }
 
 
+async def _measured_bursts(
+    start: Callable[[int], Awaitable[Any]], args: argparse.Namespace
+) -> list[dict[str, Any]]:
+    """A warm-up burst, then ``args.repeat`` bursts timed around ``await start(count)``."""
+    if args.warmup:
+        await start(args.warmup)
+    runs = []
+    for _ in range(args.repeat):
+        cpu0 = time.process_time()
+        t0 = time.perf_counter()
+        result = await start(args.count)
+        elapsed = time.perf_counter() - t0
+        cpu = time.process_time() - cpu0
+        runs.append(_timed(result, cpu, elapsed))
+    return runs
+
+
 async def _permclient_runs(dialect: str, framing: str, args: argparse.Namespace, log: str) -> Any:
     from contextlib import ExitStack
 
@@ -133,7 +151,6 @@ async def _permclient_runs(dialect: str, framing: str, args: argparse.Namespace,
     async def allow(request: permclient.PermissionRequest) -> permclient.Decision:
         return permclient.Selected("allow")
 
-    runs = []
     name: permclient.DialectName = "bridge" if dialect == "bridge" else "acp"
     async with permclient.open_process(
         agent_argv(framing, args), dialect=name, stderr=log
@@ -141,15 +158,9 @@ async def _permclient_runs(dialect: str, framing: str, args: argparse.Namespace,
         with ExitStack() as stack:
             for k in range(args.sessions):
                 stack.enter_context(client.permission_handler(session_name(k), allow))
-            if args.warmup:
-                await client.request("bench/start", {"count": args.warmup})
-            for _ in range(args.repeat):
-                cpu0 = time.process_time()
-                t0 = time.perf_counter()
-                result = await client.request("bench/start", {"count": args.count})
-                elapsed = time.perf_counter() - t0
-                cpu = time.process_time() - cpu0
-                runs.append(_timed(result, cpu, elapsed))
+            runs = await _measured_bursts(
+                lambda count: client.request("bench/start", {"count": count}), args
+            )
         process = client.process
     assert process is not None
     return runs, process.returncode
@@ -171,7 +182,6 @@ async def _official_runs(args: argparse.Namespace, log: Any) -> Any:
             return None
 
     argv = agent_argv("newline", args)
-    runs = []
     async with (
         acp.spawn_agent_process(
             AllowClient(),  # type: ignore[arg-type]
@@ -180,15 +190,9 @@ async def _official_runs(args: argparse.Namespace, log: Any) -> Any:
             transport_kwargs={"stderr": log.fileno()},
         ) as (conn, process)
     ):
-        if args.warmup:
-            await conn.ext_method("bench/start", {"count": args.warmup})
-        for _ in range(args.repeat):
-            cpu0 = time.process_time()
-            t0 = time.perf_counter()
-            result = await conn.ext_method("bench/start", {"count": args.count})
-            elapsed = time.perf_counter() - t0
-            cpu = time.process_time() - cpu0
-            runs.append(_timed(result, cpu, elapsed))
+        runs = await _measured_bursts(
+            lambda count: conn.ext_method("bench/start", {"count": count}), args
+        )
     return runs, process.returncode
 
 
