@@ -5,7 +5,7 @@ One reader task feeds the framer and dispatches every message synchronously
 and flushes whatever has been queued since its last write (batched writes; a
 cancelled caller can never leave half a frame on the wire, because queueing a
 frame is a synchronous append). Each inbound request runs in a task of its own,
-inside its own cancel scope.
+inside its own cancel scope (entered only once its handler blocks: see _lazy_scope).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import trio
 
 from ._errors import ConnectionClosed, LocalProtocolError, RemoteProtocolError, RequestError
 from ._framing import DEFAULT_MAX_FRAME_SIZE, ContentLengthFramer, Framer, NewlineFramer
+from ._lazy_scope import run_scoped
 from ._messages import (
     DECODE_ERRORS,
     ErrorCode,
@@ -769,8 +770,8 @@ class Client:
             return  # withdrawn before this task started: no card for a settled question
         decision: Decision = _CANCELLED
         try:
-            with state.scope:
-                answer = await handler(request)
+            answer = await run_scoped(state.scope, lambda: handler(request))
+            if not state.scope.cancel_called:
                 decision = _checked_decision(answer, state.offered)
         except Exception:
             log.exception(
@@ -850,8 +851,7 @@ class Client:
         try:
             if state.answered or state.scope.cancel_called:
                 return  # cancelled before this task started: the finally answers
-            with state.scope:
-                result = await handler(params)
+            result = await run_scoped(state.scope, lambda: handler(params))
             if state.scope.cancel_called:
                 return  # the handler swallowed its cancellation: still a cancelled answer
             try:

@@ -289,6 +289,29 @@ async def test_peer_cancel_while_the_handler_waits_cancels_its_scope_and_answers
             await assert_nothing_more(peer)
 
 
+async def test_peer_cancel_reaches_a_handler_blocked_inside_its_own_timeout_scope() -> None:
+    # The handler's own scope is open when it blocks: the request's scope must
+    # still enclose it, so the cancel is the peer's, not the handler's timeout.
+    timed_out = []
+
+    async def patient(req: PermissionRequest) -> Selected:
+        with trio.move_on_after(3600) as own:
+            await trio.sleep_forever()
+        timed_out.append(own.cancelled_caught)
+        return Selected("allow")
+
+    async with connected() as (client, peer):
+        with client.permission_handler("s", patient):
+            request_id = await peer.ask_permission("s", request_id=0)
+            await trio.testing.wait_all_tasks_blocked()
+            await peer.notify("$/cancelRequest", {"id": request_id})
+            assert await peer.receive() == {"jsonrpc": "2.0", "id": 0, "result": CANCELLED}
+            await trio.testing.wait_all_tasks_blocked()
+            assert timed_out == []
+            assert client.pending_permissions("s") == 0
+            await assert_nothing_more(peer)
+
+
 async def test_cancel_for_an_already_answered_id_changes_nothing() -> None:
     async with connected() as (client, peer):
         with client.permission_handler("s", allow_handler):

@@ -1,0 +1,251 @@
+"""run_scoped: a handler's cancel scope, entered only if the handler blocks.
+
+Every case runs twice: with the splice (the fast path) and with it switched off
+(the plain ``with scope:`` path), and must behave the same either way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from permclient import _lazy_scope
+from permclient._lazy_scope import run_scoped
+
+
+@pytest.fixture(params=["splice", "plain"], autouse=True)
+def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    if request.param == "plain":
+        monkeypatch.setattr(_lazy_scope, "SPLICE_SUPPORTED", False)
+    yield request.param
+
+
+def test_this_trio_supports_the_splice() -> None:
+    # If a trio upgrade removes the internals, the fast path silently turns off;
+    # this makes that visible instead.
+    assert _lazy_scope._splice_supported()
+
+
+def was_entered(scope: trio.CancelScope) -> bool:
+    try:
+        with scope:
+            pass
+    except RuntimeError:
+        return True
+    return False
+
+
+async def test_a_handler_that_never_blocks_answers_without_entering_the_scope(path: str) -> None:
+    async def handler() -> str:
+        return "allow"
+
+    scope = trio.CancelScope()
+    assert await run_scoped(scope, handler) == "allow"
+    assert was_entered(scope) is (path == "plain")
+
+
+async def test_a_handler_that_blocks_returns_its_result() -> None:
+    async def handler() -> str:
+        await trio.lowlevel.checkpoint()
+        await trio.lowlevel.checkpoint()
+        return "allow"
+
+    scope = trio.CancelScope()
+    assert await run_scoped(scope, handler) == "allow"
+    assert was_entered(scope)
+    assert not scope.cancelled_caught
+
+
+async def test_values_sent_into_a_blocked_handler_reach_it() -> None:
+    send, receive = trio.open_memory_channel[str](1)
+
+    async def handler() -> str:
+        return await receive.receive() + "!"
+
+    scope = trio.CancelScope()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(send.send, "allow")
+        assert await run_scoped(scope, handler) == "allow!"
+
+
+async def test_cancelling_the_scope_cancels_a_blocked_handler_and_runs_its_cleanup() -> None:
+    cleaned_up = []
+
+    async def handler() -> str:
+        try:
+            await trio.sleep_forever()
+        finally:
+            cleaned_up.append(True)
+        return "allow"  # pragma: no cover - never reached
+
+    scope = trio.CancelScope()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(lambda: _cancel_soon(scope))
+        assert await run_scoped(scope, handler) is None
+    assert scope.cancelled_caught
+    assert cleaned_up == [True]
+
+
+async def _cancel_soon(scope: trio.CancelScope) -> None:
+    await trio.testing.wait_all_tasks_blocked()
+    scope.cancel()
+
+
+async def test_a_scope_cancelled_before_the_handler_blocks_cancels_it_at_its_first_block() -> None:
+    reached = []
+
+    async def handler() -> str:
+        reached.append("before")
+        await trio.sleep_forever()
+        reached.append("after")  # pragma: no cover - never reached
+        return "allow"  # pragma: no cover
+
+    scope = trio.CancelScope()
+    scope.cancel()
+    assert await run_scoped(scope, handler) is None
+    assert scope.cancelled_caught
+    assert reached == ["before"]
+
+
+async def test_a_handler_blocked_inside_its_own_scope_is_cancelled_through_it() -> None:
+    inner: list[trio.CancelScope] = []
+
+    async def handler() -> str:
+        with trio.move_on_after(3600) as own:
+            inner.append(own)
+            await trio.sleep_forever()
+        return "the handler's own timeout fired"  # must not happen
+
+    scope = trio.CancelScope()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(lambda: _cancel_soon(scope))
+        assert await run_scoped(scope, handler) is None
+    assert scope.cancelled_caught
+    assert not inner[0].cancelled_caught  # the cancellation was ours, not its timeout
+
+
+async def test_a_handler_blocked_in_nested_scopes_and_a_nursery_is_cancelled_whole() -> None:
+    child_cancelled = []
+
+    async def child() -> None:
+        try:
+            await trio.sleep_forever()
+        except trio.Cancelled:
+            child_cancelled.append(True)
+            raise
+
+    async def handler() -> str:
+        with trio.CancelScope(), trio.CancelScope(deadline=trio.current_time() + 3600):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(child)
+                await trio.sleep_forever()
+        return "not reached"  # pragma: no cover
+
+    scope = trio.CancelScope()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(lambda: _cancel_soon(scope))
+        assert await run_scoped(scope, handler) is None
+    assert scope.cancelled_caught
+    assert child_cancelled == [True]
+
+
+async def test_a_handler_whose_own_timeout_fires_goes_on_and_can_still_be_cancelled(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    steps = []
+
+    async def handler() -> str:
+        with trio.move_on_after(1) as own:
+            await trio.sleep_forever()
+        steps.append(("own timeout caught", own.cancelled_caught))
+        await trio.sleep_forever()  # blocks again, now outside its own scope
+        return "not reached"  # pragma: no cover
+
+    scope = trio.CancelScope()
+
+    async def cancel_later() -> None:
+        await trio.sleep(10)
+        scope.cancel()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(cancel_later)
+        assert await run_scoped(scope, handler) is None
+    assert steps == [("own timeout caught", True)]
+    assert scope.cancelled_caught
+
+
+async def test_a_handler_whose_own_timeout_fires_returns_what_it_returns(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async def handler() -> str:
+        with trio.move_on_after(1):
+            await trio.sleep_forever()
+        return "timed out: deny"
+
+    scope = trio.CancelScope()
+    assert await run_scoped(scope, handler) == "timed out: deny"
+    assert not scope.cancelled_caught
+
+
+async def test_an_outer_cancellation_passes_through_and_is_not_caught_by_the_scope() -> None:
+    async def handler() -> str:
+        with trio.CancelScope():
+            await trio.sleep_forever()
+        return "not reached"  # pragma: no cover
+
+    scope = trio.CancelScope()
+    with trio.CancelScope() as outer:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(lambda: _cancel_soon(outer))
+            await run_scoped(scope, handler)
+    assert outer.cancelled_caught
+    assert not scope.cancelled_caught
+
+
+@pytest.mark.parametrize("blocks_first", [False, True])
+async def test_an_exception_from_the_handler_propagates(blocks_first: bool) -> None:
+    async def handler() -> str:
+        if blocks_first:
+            with trio.CancelScope():
+                await trio.lowlevel.checkpoint()
+                raise ValueError("bad handler")
+        raise ValueError("bad handler")
+
+    scope = trio.CancelScope()
+    with pytest.raises(ValueError, match="bad handler"):
+        await run_scoped(scope, handler)
+
+
+async def test_an_awaitable_that_is_not_a_coroutine_runs_inside_the_scope() -> None:
+    class Ready:
+        def __await__(self) -> Any:
+            yield from trio.lowlevel.checkpoint().__await__()  # noqa: ASYNC105 - awaited by hand
+            return "allow"
+
+    scope = trio.CancelScope()
+    assert await run_scoped(scope, Ready) == "allow"
+    assert was_entered(scope)
+
+
+async def test_something_not_awaitable_raises_type_error() -> None:
+    scope = trio.CancelScope()
+    with pytest.raises(TypeError):
+        await run_scoped(scope, lambda: "allow")  # type: ignore[arg-type,return-value]
+
+
+async def test_the_task_is_left_in_its_own_cancel_scope_afterwards() -> None:
+    # A mis-spliced status would leave the task cancelled or misnested: a later
+    # scope of the caller must still open, block, time out and close cleanly.
+    async def handler() -> str:
+        with trio.move_on_after(3600):
+            await trio.lowlevel.checkpoint()
+        return "allow"
+
+    assert await run_scoped(trio.CancelScope(), handler) == "allow"
+    with trio.move_on_after(0.01) as after:
+        await trio.sleep_forever()
+    assert after.cancelled_caught
