@@ -23,7 +23,7 @@ import trio
 
 from ._errors import ConnectionClosed, LocalProtocolError, RemoteProtocolError, RequestError
 from ._framing import DEFAULT_MAX_FRAME_SIZE, ContentLengthFramer, Framer, NewlineFramer
-from ._lazy_scope import run_scoped
+from ._lazy_scope import scoped
 from ._messages import (
     DECODE_ERRORS,
     ErrorCode,
@@ -168,13 +168,14 @@ class _Inbound:
     """One inbound request from arrival until its single response is queued."""
 
     __slots__ = (
+        "_scope",
         "answered",
+        "cancel_called",
         "cancelled_result",
         "entry",
         "id",
         "is_permission",
         "offered",
-        "scope",
         "session_id",
         "started",
         "tool_call_id",
@@ -183,7 +184,8 @@ class _Inbound:
     def __init__(self, request_id: RequestId | None, session_id: str | None) -> None:
         self.id = request_id
         self.session_id = session_id
-        self.scope = trio.CancelScope()
+        self._scope: trio.CancelScope | None = None
+        self.cancel_called = False
         self.answered = False
         self.started = time.monotonic()
         self.is_permission = False
@@ -191,6 +193,20 @@ class _Inbound:
         self.tool_call_id: str | None = None
         self.cancelled_result: Any = _NO_RESULT
         self.offered: tuple[str, ...] = ()
+
+    @property
+    def scope(self) -> trio.CancelScope:
+        """The handler's cancel scope, made when the handler first blocks."""
+        if self._scope is None:
+            self._scope = trio.CancelScope()
+            if self.cancel_called:
+                self._scope.cancel()
+        return self._scope
+
+    def cancel(self) -> None:
+        self.cancel_called = True
+        if self._scope is not None:
+            self._scope.cancel()
 
 
 class _SessionScoped(msgspec.Struct, rename="camel"):
@@ -770,8 +786,8 @@ class Client:
             return  # withdrawn before this task started: no card for a settled question
         decision: Decision = _CANCELLED
         try:
-            answer = await run_scoped(state.scope, lambda: handler(request))
-            if not state.scope.cancel_called:
+            answer = await scoped(state, handler(request))
+            if not state.cancel_called:
                 decision = _checked_decision(answer, state.offered)
         except Exception:
             log.exception(
@@ -826,7 +842,7 @@ class Client:
         """
         if state.answered:
             return
-        state.scope.cancel()
+        state.cancel()
         if not state.is_permission:
             if by != "peer" and self._retire(state):
                 self._queue(self._cancelled_answer(state))
@@ -849,10 +865,10 @@ class Client:
 
     async def _run_request(self, state: _Inbound, handler: RequestHandler, params: Any) -> None:
         try:
-            if state.answered or state.scope.cancel_called:
+            if state.answered or state.cancel_called:
                 return  # cancelled before this task started: the finally answers
-            result = await run_scoped(state.scope, lambda: handler(params))
-            if state.scope.cancel_called:
+            result = await scoped(state, handler(params))
+            if state.cancel_called:
                 return  # the handler swallowed its cancellation: still a cancelled answer
             try:
                 body = encode_result(state.id, result)
@@ -862,11 +878,11 @@ class Client:
             if self._retire(state):
                 self._queue(body)
         except RequestError as exc:
-            if not state.scope.cancel_called and self._retire(state):
+            if not state.cancel_called and self._retire(state):
                 self._queue(_encode_request_error(state.id, exc))
         except Exception:
             log.exception("request handler failed")
-            if not state.scope.cancel_called and self._retire(state):
+            if not state.cancel_called and self._retire(state):
                 self._queue(encode_error(state.id, ErrorCode.INTERNAL_ERROR, "internal error"))
         finally:
             # Every path, our own cancellation included: exactly one answer.

@@ -3,10 +3,11 @@
 Entering and leaving a ``trio.CancelScope`` costs about as much as everything else
 an approval does. A handler that answers without blocking (a policy, a cache hit, an
 auto-approver) can never be cancelled, because nothing can run while it runs: it
-does not need the scope. So :func:`run_scoped` steps the handler once by hand; if
+does not need the scope. So :func:`scoped` steps the handler once by hand; if
 it finishes, that is the answer and no scope was ever entered. If it blocks, the
 scope is entered right there, before the blocking trap reaches trio, and the
 rest of the handler runs inside it exactly as if it had been entered first.
+The scope itself is created only then, too.
 
 One case needs trio's internals: a handler that blocks while a cancel scope or
 nursery of its own is open (``with trio.move_on_after(60): await ask()``). Our
@@ -20,8 +21,8 @@ inside the scope from the start (the plain, slower path).
 from __future__ import annotations
 
 import types
-from collections.abc import Awaitable, Callable, Coroutine, Generator
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Coroutine, Generator
+from typing import Any, Protocol, TypeVar
 
 import trio
 
@@ -44,25 +45,16 @@ def _splice_supported() -> bool:
 
 
 SPLICE_SUPPORTED: bool = _splice_supported()
-"""Whether this trio lets :func:`run_scoped` skip the scope of a handler that never blocks."""
+"""Whether this trio lets :func:`scoped` skip the scope of a handler that never blocks."""
 
 
-@types.coroutine
-def _resume(coro: Coroutine[Any, Any, T], yielded: Any) -> Generator[Any, Any, T]:
-    """Go on running ``coro``, already started and suspended on ``yielded``."""
-    while True:
-        try:
-            sent = yield yielded
-        except BaseException as exc:
-            try:
-                yielded = coro.throw(exc)
-            except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
-        else:
-            try:
-                yielded = coro.send(sent)
-            except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
+class ScopeOwner(Protocol):
+    """What :func:`scoped` runs a handler for: something owning its cancel scope."""
+
+    @property
+    def scope(self) -> trio.CancelScope:
+        """The scope; created on first use, so a handler that never blocks never makes one."""
+        ...
 
 
 def _enter_outside_handler(task: Any, base: Any, scope: trio.CancelScope) -> None:
@@ -80,32 +72,53 @@ def _enter_outside_handler(task: Any, base: Any, scope: trio.CancelScope) -> Non
     task._activate_cancel_status(top)
 
 
-async def run_scoped(scope: trio.CancelScope, call: Callable[[], Awaitable[T]]) -> T:
-    """Return ``await call()`` run inside ``scope``, entering it only if ``call`` blocks.
+@types.coroutine
+def scoped(owner: ScopeOwner, awaitable: Awaitable[T]) -> Generator[Any, Any, T | None]:
+    """Await ``awaitable`` inside ``owner.scope``, entering the scope only if it blocks.
 
-    Behaves like ``with scope: return await call()``: if ``scope`` catches a
-    cancellation, this returns ``None``, so callers check ``scope.cancel_called``
-    before trusting the result. A call that finishes without blocking never
-    enters ``scope`` (it could not have been cancelled while it ran).
+    ``await scoped(owner, handler(arg))`` behaves like ``with owner.scope: return
+    await handler(arg)``: if the scope catches a cancellation it returns ``None``, so
+    callers check for their own cancel before trusting the result. A handler that
+    finishes without blocking never touches ``owner.scope`` (nothing could have
+    cancelled it while it ran). One generator frame does it all: an approval in
+    flight costs no more memory than the plain ``with`` would.
     """
-    awaitable = call()
-    if not SPLICE_SUPPORTED or not isinstance(awaitable, types.CoroutineType):
-        with scope:
-            return await awaitable
-        return None  # type: ignore[return-value]  # the scope caught a cancellation
+    if not SPLICE_SUPPORTED or type(awaitable) is not types.CoroutineType:
+        with owner.scope:
+            return (yield from _await(awaitable))
+        return None  # the scope caught a cancellation
+    coro: Coroutine[Any, Any, T] = awaitable
     task = trio.lowlevel.current_task()
     base = task._cancel_status
-    coro: Coroutine[Any, Any, T] = awaitable
     try:
         yielded = coro.send(None)
     except StopIteration as done:
         return done.value  # type: ignore[no-any-return]
+    scope = owner.scope
     _enter_outside_handler(task, base, scope)
     try:
-        result = await _resume(coro, yielded)
+        while True:  # relay trio's wake-ups in, and the handler's traps out
+            try:
+                sent = yield yielded
+            except BaseException as exc:
+                yielded = coro.throw(exc)
+            else:
+                yielded = coro.send(sent)
+    except StopIteration as done:
+        result: T = done.value
     except BaseException as exc:
         if scope.__exit__(type(exc), exc, exc.__traceback__):
-            return None  # type: ignore[return-value]  # the scope caught a cancellation
+            return None  # the scope caught a cancellation
         raise
     scope.__exit__(None, None, None)
     return result
+
+
+def _await(awaitable: Awaitable[T]) -> Generator[Any, Any, T]:
+    try:
+        method = type(awaitable).__await__
+    except AttributeError:
+        raise TypeError(
+            f"a handler must return an awaitable, not {type(awaitable).__name__}"
+        ) from None
+    return method(awaitable)

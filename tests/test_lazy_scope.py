@@ -1,4 +1,4 @@
-"""run_scoped: a handler's cancel scope, entered only if the handler blocks.
+"""scoped: a handler's cancel scope, entered only if the handler blocks.
 
 Every case runs twice: with the splice (the fast path) and with it switched off
 (the plain ``with scope:`` path), and must behave the same either way.
@@ -14,7 +14,7 @@ import trio
 import trio.testing
 
 from permclient import _lazy_scope
-from permclient._lazy_scope import run_scoped
+from permclient._lazy_scope import scoped
 
 
 @pytest.fixture(params=["splice", "plain"], autouse=True)
@@ -30,6 +30,21 @@ def test_this_trio_supports_the_splice() -> None:
     assert _lazy_scope._splice_supported()
 
 
+class Owner:
+    """Owns one scope, made on first use (like the client's per-request state)."""
+
+    def __init__(self, scope: trio.CancelScope | None = None) -> None:
+        self._scope = scope
+        self.asked = False
+
+    @property
+    def scope(self) -> trio.CancelScope:
+        self.asked = True
+        if self._scope is None:
+            self._scope = trio.CancelScope()
+        return self._scope
+
+
 def was_entered(scope: trio.CancelScope) -> bool:
     try:
         with scope:
@@ -43,9 +58,9 @@ async def test_a_handler_that_never_blocks_answers_without_entering_the_scope(pa
     async def handler() -> str:
         return "allow"
 
-    scope = trio.CancelScope()
-    assert await run_scoped(scope, handler) == "allow"
-    assert was_entered(scope) is (path == "plain")
+    owner = Owner()
+    assert await scoped(owner, handler()) == "allow"
+    assert owner.asked is (path == "plain")
 
 
 async def test_a_handler_that_blocks_returns_its_result() -> None:
@@ -55,7 +70,7 @@ async def test_a_handler_that_blocks_returns_its_result() -> None:
         return "allow"
 
     scope = trio.CancelScope()
-    assert await run_scoped(scope, handler) == "allow"
+    assert await scoped(Owner(scope), handler()) == "allow"
     assert was_entered(scope)
     assert not scope.cancelled_caught
 
@@ -69,7 +84,7 @@ async def test_values_sent_into_a_blocked_handler_reach_it() -> None:
     scope = trio.CancelScope()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(send.send, "allow")
-        assert await run_scoped(scope, handler) == "allow!"
+        assert await scoped(Owner(scope), handler()) == "allow!"
 
 
 async def test_cancelling_the_scope_cancels_a_blocked_handler_and_runs_its_cleanup() -> None:
@@ -85,7 +100,7 @@ async def test_cancelling_the_scope_cancels_a_blocked_handler_and_runs_its_clean
     scope = trio.CancelScope()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(lambda: _cancel_soon(scope))
-        assert await run_scoped(scope, handler) is None
+        assert await scoped(Owner(scope), handler()) is None
     assert scope.cancelled_caught
     assert cleaned_up == [True]
 
@@ -106,7 +121,7 @@ async def test_a_scope_cancelled_before_the_handler_blocks_cancels_it_at_its_fir
 
     scope = trio.CancelScope()
     scope.cancel()
-    assert await run_scoped(scope, handler) is None
+    assert await scoped(Owner(scope), handler()) is None
     assert scope.cancelled_caught
     assert reached == ["before"]
 
@@ -123,7 +138,7 @@ async def test_a_handler_blocked_inside_its_own_scope_is_cancelled_through_it() 
     scope = trio.CancelScope()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(lambda: _cancel_soon(scope))
-        assert await run_scoped(scope, handler) is None
+        assert await scoped(Owner(scope), handler()) is None
     assert scope.cancelled_caught
     assert not inner[0].cancelled_caught  # the cancellation was ours, not its timeout
 
@@ -148,7 +163,7 @@ async def test_a_handler_blocked_in_nested_scopes_and_a_nursery_is_cancelled_who
     scope = trio.CancelScope()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(lambda: _cancel_soon(scope))
-        assert await run_scoped(scope, handler) is None
+        assert await scoped(Owner(scope), handler()) is None
     assert scope.cancelled_caught
     assert child_cancelled == [True]
 
@@ -173,7 +188,7 @@ async def test_a_handler_whose_own_timeout_fires_goes_on_and_can_still_be_cancel
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(cancel_later)
-        assert await run_scoped(scope, handler) is None
+        assert await scoped(Owner(scope), handler()) is None
     assert steps == [("own timeout caught", True)]
     assert scope.cancelled_caught
 
@@ -187,7 +202,7 @@ async def test_a_handler_whose_own_timeout_fires_returns_what_it_returns(
         return "timed out: deny"
 
     scope = trio.CancelScope()
-    assert await run_scoped(scope, handler) == "timed out: deny"
+    assert await scoped(Owner(scope), handler()) == "timed out: deny"
     assert not scope.cancelled_caught
 
 
@@ -201,7 +216,7 @@ async def test_an_outer_cancellation_passes_through_and_is_not_caught_by_the_sco
     with trio.CancelScope() as outer:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(lambda: _cancel_soon(outer))
-            await run_scoped(scope, handler)
+            await scoped(Owner(scope), handler())
     assert outer.cancelled_caught
     assert not scope.cancelled_caught
 
@@ -217,7 +232,7 @@ async def test_an_exception_from_the_handler_propagates(blocks_first: bool) -> N
 
     scope = trio.CancelScope()
     with pytest.raises(ValueError, match="bad handler"):
-        await run_scoped(scope, handler)
+        await scoped(Owner(scope), handler())
 
 
 async def test_an_awaitable_that_is_not_a_coroutine_runs_inside_the_scope() -> None:
@@ -227,14 +242,14 @@ async def test_an_awaitable_that_is_not_a_coroutine_runs_inside_the_scope() -> N
             return "allow"
 
     scope = trio.CancelScope()
-    assert await run_scoped(scope, Ready) == "allow"
+    assert await scoped(Owner(scope), Ready()) == "allow"
     assert was_entered(scope)
 
 
 async def test_something_not_awaitable_raises_type_error() -> None:
     scope = trio.CancelScope()
     with pytest.raises(TypeError):
-        await run_scoped(scope, lambda: "allow")  # type: ignore[arg-type,return-value]
+        await scoped(Owner(scope), "allow")  # type: ignore[arg-type]
 
 
 async def test_the_task_is_left_in_its_own_cancel_scope_afterwards() -> None:
@@ -245,7 +260,7 @@ async def test_the_task_is_left_in_its_own_cancel_scope_afterwards() -> None:
             await trio.lowlevel.checkpoint()
         return "allow"
 
-    assert await run_scoped(trio.CancelScope(), handler) == "allow"
+    assert await scoped(Owner(), handler()) == "allow"
     with trio.move_on_after(0.01) as after:
         await trio.sleep_forever()
     assert after.cancelled_caught
