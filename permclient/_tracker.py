@@ -16,10 +16,12 @@ from typing import Any, Final
 import msgspec
 
 from ._messages import DECODE_ERRORS
-from ._wire import ToolCallContent, ToolCallLocation, ToolCallUpdate
+from ._wire import ToolCallContent, ToolCallLocation, ToolCallUpdate, decode_raw
 
 log = logging.getLogger("permclient")
 
+_ABSENT: Final = msgspec.Raw()
+_NULL: Final = msgspec.Raw(b"null")
 _STATUS_RANK: Final = {"pending": 0, "in_progress": 1, "completed": 2, "failed": 2}
 _FINAL_RANK: Final = 2
 
@@ -33,8 +35,8 @@ class ToolCallState:
         "content",
         "kind",
         "locations",
-        "raw_input",
-        "raw_output",
+        "raw_input_json",
+        "raw_output_json",
         "session_id",
         "status",
         "title",
@@ -49,10 +51,21 @@ class ToolCallState:
         self.status: str = "pending"
         self.content: list[ToolCallContent] | None = None
         self.locations: list[ToolCallLocation] | None = None
-        self.raw_input: Any = None
-        self.raw_output: Any = None
+        # Undecoded, as in ToolCallUpdate: decoded on access by raw_input/raw_output.
+        self.raw_input_json: msgspec.Raw = _ABSENT
+        self.raw_output_json: msgspec.Raw = _ABSENT
         self._approvals = 0
         self._announced = False  # seen in a session/update, not only in a permission request
+
+    @property
+    def raw_input(self) -> Any:
+        """The tool's latest arguments as decoded JSON (``None`` if never given)."""
+        return decode_raw(self.raw_input_json)
+
+    @property
+    def raw_output(self) -> Any:
+        """The tool's latest result as decoded JSON (``None`` if never given)."""
+        return decode_raw(self.raw_output_json)
 
     @property
     def awaiting_approval(self) -> bool:
@@ -81,8 +94,8 @@ class _UpdateHead(msgspec.Struct, rename="camel"):
     status: str | None = None
     content: msgspec.Raw = msgspec.Raw()
     locations: msgspec.Raw = msgspec.Raw()
-    raw_input: Any = None
-    raw_output: Any = None
+    raw_input: msgspec.Raw = msgspec.Raw()
+    raw_output: msgspec.Raw = msgspec.Raw()
 
 
 class _SessionUpdate(msgspec.Struct, rename="camel"):
@@ -163,7 +176,12 @@ class ToolCallTracker:
         """Fold a typed tool call update (e.g. the one inside a permission request)."""
         state = self._state(session_id, update.tool_call_id)
         self._merge(
-            state, update.title, update.kind, update.status, update.raw_input, update.raw_output
+            state,
+            update.title,
+            update.kind,
+            update.status,
+            update.raw_input_json,
+            update.raw_output_json,
         )
         if update.content is not None:
             state.content = update.content
@@ -238,17 +256,18 @@ class ToolCallTracker:
         title: str | None,
         kind: str | None,
         status: str | None,
-        raw_input: Any,
-        raw_output: Any,
+        raw_input: msgspec.Raw,
+        raw_output: msgspec.Raw,
     ) -> None:
         if title is not None:
             state.title = title
         if kind is not None:
             state.kind = kind
-        if raw_input is not None:
-            state.raw_input = raw_input
-        if raw_output is not None:
-            state.raw_output = raw_output
+        # Absent or null leaves what is known; a view into a frame is copied out of it.
+        if raw_input and raw_input != _NULL:
+            state.raw_input_json = raw_input.copy()
+        if raw_output and raw_output != _NULL:
+            state.raw_output_json = raw_output.copy()
         rank = _STATUS_RANK.get(status) if status is not None else None
         current = _STATUS_RANK[state.status]
         # Forward only; final is final; an unknown status is ignored.

@@ -81,6 +81,26 @@ Role: TypeAlias = Literal["assistant", "user"]
 """The sender or recipient of content (used in :class:`Annotations`)."""
 
 _Meta: TypeAlias = dict[str, Any] | None
+
+_ABSENT: Any = msgspec.Raw()
+
+
+def decode_raw(raw: msgspec.Raw) -> Any:
+    """Decode JSON kept undecoded (``None`` for an absent one).
+
+    It was checked when its message was decoded; should it still not decode (a
+    nesting depth that only fits a shallower stack), the result is ``None``
+    rather than an exception in whatever is showing it.
+    """
+    if not raw:
+        return None
+    try:
+        return _any_json.decode(raw)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+
+
+_any_json: msgspec.json.Decoder[Any] = msgspec.json.Decoder()
 _UInt32: TypeAlias = Annotated[int, msgspec.Meta(ge=0, le=2**32 - 1)]
 
 
@@ -239,8 +259,14 @@ class ToolCallUpdate(msgspec.Struct, rename="camel", omit_defaults=True, gc=Fals
     """A tool call as carried by a permission request (ACP ``ToolCallUpdate``).
 
     Only ``tool_call_id`` is required; every other field is ``None`` when absent (or
-    ``null``). ``raw_input``/``raw_output`` are the tool's arguments/result as arbitrary
-    JSON. Decoding rejects an unknown ``kind``/``status`` or content ``type``.
+    ``null``). Decoding rejects an unknown ``kind``/``status`` or content ``type``.
+
+    ``rawInput``/``rawOutput`` (the tool's arguments/result, arbitrary JSON the client
+    never interprets) are kept undecoded in :attr:`raw_input_json` /
+    :attr:`raw_output_json` (syntax and nesting depth are checked on decode) and
+    decoded on access by :attr:`raw_input` / :attr:`raw_output`: most requests are
+    answered without anyone looking at them, and undecoded they cost a third of
+    the memory. To build one, pass ``raw_input_json=msgspec.Raw(msgspec.json.encode(x))``.
     """
 
     tool_call_id: str
@@ -249,9 +275,26 @@ class ToolCallUpdate(msgspec.Struct, rename="camel", omit_defaults=True, gc=Fals
     status: ToolCallStatus | None = None
     content: list[ToolCallContent] | None = None
     locations: list[ToolCallLocation] | None = None
-    raw_input: Any = None
-    raw_output: Any = None
+    raw_input_json: msgspec.Raw = msgspec.field(default=_ABSENT, name="rawInput")
+    raw_output_json: msgspec.Raw = msgspec.field(default=_ABSENT, name="rawOutput")
     meta: _Meta = msgspec.field(default=None, name="_meta")
+
+    def __post_init__(self) -> None:
+        # Decoded from a frame, a Raw is a view that keeps the whole frame alive.
+        if self.raw_input_json:
+            self.raw_input_json = self.raw_input_json.copy()
+        if self.raw_output_json:
+            self.raw_output_json = self.raw_output_json.copy()
+
+    @property
+    def raw_input(self) -> Any:
+        """The tool's arguments as decoded JSON (``None`` when absent or ``null``)."""
+        return decode_raw(self.raw_input_json)
+
+    @property
+    def raw_output(self) -> Any:
+        """The tool's result as decoded JSON (``None`` when absent or ``null``)."""
+        return decode_raw(self.raw_output_json)
 
 
 # ------------------------------------------------------------------ the request
@@ -286,6 +329,15 @@ class PermissionRequest(msgspec.Struct, rename="camel", omit_defaults=True, gc=F
             if option.option_id in seen:
                 raise ValueError(f"duplicate permission `optionId` {option.option_id!r}")
             seen.add(option.option_id)
+
+    @classmethod
+    def from_json(cls, data: bytes | str) -> PermissionRequest:
+        """Decode the JSON params of a ``session/request_permission`` (e.g. in a test).
+
+        Raises :class:`msgspec.ValidationError` (or :class:`msgspec.DecodeError`)
+        for anything the client would answer ``cancelled`` without asking.
+        """
+        return permission_request_decoder.decode(data)
 
     @property
     def option_ids(self) -> frozenset[str]:

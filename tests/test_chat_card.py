@@ -26,12 +26,12 @@ FOUR_OPTIONS = [
 
 def request(tool_call: dict[str, Any], **params: Any) -> PermissionRequest:
     body = {"sessionId": "s-7", "toolCall": tool_call, "options": FOUR_OPTIONS, **params}
-    return msgspec.convert(body, PermissionRequest)
+    return PermissionRequest.from_json(msgspec.json.encode(body))
 
 
 def golden(name: str) -> PermissionRequest:
     message = json.loads((GOLDEN / f"{name}.json").read_text())
-    return msgspec.convert(message["params"], PermissionRequest)
+    return PermissionRequest.from_json(msgspec.json.encode(message["params"]))
 
 
 def render(renderable: object, width: int = 100) -> str:

@@ -225,8 +225,10 @@ def test_execute_request_decodes_fields() -> None:
         title="create file allowed.txt",
         kind="execute",
         status="pending",
-        raw_input={"command": "create file allowed.txt"},
+        raw_input_json=tc.raw_input_json,
     )
+    assert tc.raw_input == {"command": "create file allowed.txt"}
+    assert tc.raw_output is None
     assert [o.kind for o in req.options] == ["allow_once", "allow_always", "reject_once"]
     assert req.option_ids == frozenset({"allow", "allow-always", "deny"})
     assert req.option("deny") == PermissionOption("deny", "Deny", "reject_once")
@@ -678,3 +680,28 @@ def test_wire_sample_cancels_decode(message: dict[str, Any]) -> None:
     assert decoded.target == expected
     if message["method"] == "$/cancel_request":
         assert_valid("CancelRequestNotification", params)
+
+
+def test_raw_input_is_kept_undecoded_and_decoded_on_access() -> None:
+    params = _base_params()
+    params["toolCall"]["rawInput"] = {"command": ["ls", "-l"], "env": {"A": "1"}}
+    params["toolCall"]["rawOutput"] = None
+    frame = bytearray(msgspec.json.encode(params))
+    req = PermissionRequest.from_json(frame)
+    assert req.tool_call.raw_input == {"command": ["ls", "-l"], "env": {"A": "1"}}
+    assert req.tool_call.raw_output is None  # null reads as absent
+    # A copy of just its own bytes: nothing holds on to the frame it came from
+    # (a bytearray with a live export could not grow).
+    frame.extend(b" ")
+    assert bytes(req.tool_call.raw_input_json) == msgspec.json.encode(
+        params["toolCall"]["rawInput"]
+    )
+    assert msgspec.json.decode(msgspec.json.encode(req)) == params
+
+
+def test_raw_input_that_is_not_json_fails_closed() -> None:
+    frame = msgspec.json.encode(_base_params()).replace(
+        b'"toolCall":{', b'"toolCall":{"rawInput":[1,,2],', 1
+    )
+    with pytest.raises(msgspec.DecodeError):
+        PermissionRequest.from_json(frame)
