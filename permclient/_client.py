@@ -45,6 +45,7 @@ from ._tracker import ToolCallTracker
 from ._wire import (
     Cancelled,
     Decision,
+    PermissionOption,
     PermissionRequest,
     PermissionResponse,
     Selected,
@@ -75,6 +76,8 @@ _CANCELLED: Final = Cancelled()
 _NO_RESULT: Final = object()
 _PERMISSION_TASK: Final = "permclient.permission"
 _PERMISSION_CANCELLED: Final = PermissionResponse(_CANCELLED)
+# Distinct option sets remembered for sharing; agents offer the same few again and again.
+_OPTIONS_SEEN_LIMIT: Final = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,9 +160,10 @@ class _Route:
 
 
 class _HandlerEntry:
-    __slots__ = ("handler", "pending")
+    __slots__ = ("handler", "pending", "session_id")
 
-    def __init__(self, handler: PermissionHandler) -> None:
+    def __init__(self, session_id: str, handler: PermissionHandler) -> None:
+        self.session_id = session_id
         self.handler = handler
         self.pending: set[_Inbound] = set()
 
@@ -192,7 +196,7 @@ class _Inbound:
         self.entry: _HandlerEntry | None = None
         self.tool_call_id: str | None = None
         self.cancelled_result: Any = _NO_RESULT
-        self.offered: tuple[str, ...] = ()
+        self.offered: tuple[PermissionOption, ...] = ()
 
     @property
     def scope(self) -> trio.CancelScope:
@@ -254,6 +258,7 @@ class Client:
         self._outbound: dict[RequestId, _Outbound] = {}
         self._inbound: dict[RequestId | None, _Inbound] = {}
         self._permission_handlers: dict[str, list[_HandlerEntry]] = {}
+        self._options_seen: dict[tuple[PermissionOption, ...], tuple[PermissionOption, ...]] = {}
         self._request_handlers: dict[str, _Route] = {}
         self._notification_callbacks: dict[str, list[NotificationCallback]] = {}
         self._session_callbacks: dict[str, list[NotificationCallback]] = {}
@@ -372,7 +377,7 @@ class Client:
         """
         if not isinstance(session_id, str) or not session_id:
             raise ValueError("session_id must be a non-empty string")
-        entry = _HandlerEntry(handler)
+        entry = _HandlerEntry(session_id, handler)
         stack = self._permission_handlers.setdefault(session_id, [])
         stack.append(entry)
         try:
@@ -758,12 +763,16 @@ class Client:
             self._queue(encode_result(request_id, _PERMISSION_CANCELLED))
             return
         entry = stack[-1]
+        # Equal strings and options, shared rather than held once per pending request.
+        request.session_id = session_id = entry.session_id
+        request.options = self._shared_options(request.options)
         state = _Inbound(request_id, session_id)
         state.is_permission = True
         state.entry = entry
         state.tool_call_id = request.tool_call.tool_call_id
-        # Checked against this copy: the handler gets the request and could change it.
-        state.offered = tuple([option.option_id for option in request.options])
+        # The answer is checked against this tuple of immutable options: the handler
+        # may rebind request.options, it cannot change what was offered.
+        state.offered = request.options
         self._inbound[request_id] = state
         entry.pending.add(state)
         self.tool_calls.begin_approval(session_id, request.tool_call)
@@ -778,6 +787,17 @@ class Client:
         self._nursery.start_soon(
             self._run_permission, state, request, entry.handler, name=_PERMISSION_TASK
         )
+
+    def _shared_options(
+        self, options: tuple[PermissionOption, ...]
+    ) -> tuple[PermissionOption, ...]:
+        try:
+            shared = self._options_seen.setdefault(options, options)
+        except TypeError:  # an option carries `_meta` (a dict): not hashable, not shared
+            return options
+        if len(self._options_seen) > _OPTIONS_SEEN_LIMIT:
+            self._options_seen.clear()
+        return shared
 
     async def _run_permission(
         self, state: _Inbound, request: PermissionRequest, handler: PermissionHandler
@@ -925,16 +945,19 @@ class Client:
             self._cancel_inbound(state, "teardown")
 
 
-def _checked_decision(answer: object, offered: tuple[str, ...]) -> Decision:
+def _checked_decision(answer: object, offered: tuple[PermissionOption, ...]) -> Decision:
     """Accept ``Selected`` of an offered option or ``Cancelled``; anything else is ``Cancelled``."""
     if isinstance(answer, Selected):
+        chosen = answer.option_id
         # An exact str: a subclass could compare equal to anything.
-        if type(answer.option_id) is str and answer.option_id in offered:
-            return answer
+        if type(chosen) is str:
+            for option in offered:
+                if option.option_id == chosen:
+                    return answer
         log.warning(
             "handler chose option %r, which was not offered (%s); answered cancelled",
-            answer.option_id,
-            ", ".join(offered),
+            chosen,
+            ", ".join(option.option_id for option in offered),
         )
         return _CANCELLED
     if not isinstance(answer, Cancelled):

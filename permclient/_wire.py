@@ -107,12 +107,13 @@ _UInt32: TypeAlias = Annotated[int, msgspec.Meta(ge=0, le=2**32 - 1)]
 # ------------------------------------------------------------------------- options
 
 
-class PermissionOption(msgspec.Struct, rename="camel", omit_defaults=True, gc=False):
+class PermissionOption(msgspec.Struct, rename="camel", omit_defaults=True, frozen=True, gc=False):
     """One choice offered to the user: ``{"optionId", "name", "kind"}``.
 
     ``option_id`` is what a :class:`Selected` decision must name; ``name`` is the
     human label; ``kind`` hints at the meaning (``allow_once`` ...). An unknown
-    ``kind`` fails decoding.
+    ``kind`` fails decoding. Immutable: the client checks answers against the very
+    options it received, and requests offering the same options share them.
     """
 
     option_id: str
@@ -312,7 +313,7 @@ class PermissionRequest(msgspec.Struct, rename="camel", omit_defaults=True, gc=F
 
     session_id: str
     tool_call: ToolCallUpdate
-    options: list[PermissionOption]
+    options: tuple[PermissionOption, ...]
     meta: _Meta = msgspec.field(default=None, name="_meta")
 
     def __post_init__(self) -> None:

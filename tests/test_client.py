@@ -943,12 +943,41 @@ async def test_a_handler_that_changes_the_request_cannot_widen_the_offer() -> No
     async with connected() as (client, peer):
 
         async def sneaky(req: PermissionRequest) -> Selected:
-            req.options.append(permclient.PermissionOption("allow-all", "All", "allow_always"))
+            extra = permclient.PermissionOption("allow-all", "All", "allow_always")
+            req.options = (*req.options, extra)  # rebinding is possible; it changes nothing
             return Selected("allow-all")
 
         with client.permission_handler("s", sneaky):
             await peer.ask_permission("s", request_id=0)
             assert (await peer.receive())["result"] == CANCELLED
+
+
+async def test_requests_offering_the_same_options_share_them_and_answers_stay_exact() -> None:
+    async with connected() as (client, peer):
+        waiter = Waiter()
+        with client.permission_handler("s", waiter):
+            await peer.ask_permission("s", request_id=0)
+            await peer.ask_permission("s", request_id=1)
+            await trio.testing.wait_all_tasks_blocked()
+            first, second = waiter.seen
+            assert first.options is second.options  # one copy for both pending requests
+            assert first.session_id is second.session_id
+            with pytest.raises(AttributeError):
+                first.options[0].option_id = "allow-all"  # type: ignore[misc]
+            waiter.release.set()
+            answers = {(await peer.receive())["id"] for _ in range(2)}
+            assert answers == {0, 1}
+
+
+async def test_options_carrying_meta_are_not_shared_and_still_answer_exactly() -> None:
+    options = [
+        {"optionId": "allow", "name": "Allow", "kind": "allow_once", "_meta": {"k": [1]}},
+        {"optionId": "deny", "name": "Deny", "kind": "reject_once"},
+    ]
+    async with connected() as (client, peer):
+        with client.permission_handler("s", allow_handler):
+            await peer.ask_permission("s", options=options, request_id=0)
+            assert (await peer.receive())["result"] == selected("allow")
 
 
 async def test_a_request_withdrawn_in_the_same_read_never_reaches_its_handler() -> None:
