@@ -72,46 +72,85 @@ def _enter_outside_handler(task: Any, base: Any, scope: trio.CancelScope) -> Non
     task._activate_cancel_status(top)
 
 
-@types.coroutine
-def scoped(owner: ScopeOwner, awaitable: Awaitable[T]) -> Generator[Any, Any, T | None]:
+def scoped(owner: ScopeOwner, awaitable: Awaitable[T]) -> Awaitable[T | None]:
     """Await ``awaitable`` inside ``owner.scope``, entering the scope only if it blocks.
 
     ``await scoped(owner, handler(arg))`` behaves like ``with owner.scope: return
     await handler(arg)``: if the scope catches a cancellation it returns ``None``, so
     callers check for their own cancel before trusting the result. A handler that
     finishes without blocking never touches ``owner.scope`` (nothing could have
-    cancelled it while it ran). One generator frame does it all: an approval in
-    flight costs no more memory than the plain ``with`` would.
+    cancelled it while it ran).
     """
-    if not SPLICE_SUPPORTED or type(awaitable) is not types.CoroutineType:
-        with owner.scope:
-            return (yield from _await(awaitable))
-        return None  # the scope caught a cancellation
-    coro: Coroutine[Any, Any, T] = awaitable
-    task = trio.lowlevel.current_task()
-    base = task._cancel_status
-    try:
-        yielded = coro.send(None)
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
-    scope = owner.scope
-    _enter_outside_handler(task, base, scope)
-    try:
-        while True:  # relay trio's wake-ups in, and the handler's traps out
-            try:
-                sent = yield yielded
-            except BaseException as exc:
-                yielded = coro.throw(exc)
-            else:
-                yielded = coro.send(sent)
-    except StopIteration as done:
-        result: T = done.value
-    except BaseException as exc:
-        if scope.__exit__(type(exc), exc, exc.__traceback__):
-            return None  # the scope caught a cancellation
-        raise
-    scope.__exit__(None, None, None)
-    return result
+    if SPLICE_SUPPORTED and type(awaitable) is types.CoroutineType:
+        return _Relay(owner, awaitable)
+    return _plain(owner, awaitable)
+
+
+class _Relay(Generator[Any, Any, T]):
+    """Steps a handler coroutine for the task awaiting it (``await`` delegates here).
+
+    A small object rather than a generator: one is alive per pending request, and
+    a generator frame is four times its size.
+    """
+
+    __slots__ = ("_coro", "_owner", "_scope")
+
+    def __init__(self, owner: ScopeOwner, coro: Coroutine[Any, Any, T]) -> None:
+        self._owner = owner
+        self._coro = coro
+        self._scope: trio.CancelScope | None = None
+
+    def __await__(self) -> Generator[Any, Any, T]:
+        return self
+
+    def send(self, value: Any) -> Any:
+        scope = self._scope
+        if scope is None:
+            return self._first_step()
+        try:
+            return self._coro.send(value)
+        except StopIteration:
+            scope.__exit__(None, None, None)
+            raise
+        except BaseException as exc:
+            if scope.__exit__(type(exc), exc, exc.__traceback__):
+                raise StopIteration(None) from None  # the scope caught a cancellation
+            raise
+
+    def throw(self, typ: Any, value: Any = None, traceback: Any = None) -> Any:
+        exc = typ if isinstance(typ, BaseException) else (value or typ())
+        scope = self._scope
+        if scope is None:  # never started: nothing to unwind but the coroutine
+            return self._coro.throw(exc)
+        try:
+            return self._coro.throw(exc)
+        except StopIteration:
+            scope.__exit__(None, None, None)
+            raise
+        except BaseException as raised:
+            if scope.__exit__(type(raised), raised, raised.__traceback__):
+                raise StopIteration(None) from None
+            raise
+
+    def close(self) -> None:
+        self._coro.close()
+
+    def _first_step(self) -> Any:
+        # In the awaiting task, before anything can have cancelled the request.
+        task = trio.lowlevel.current_task()
+        base = task._cancel_status
+        yielded = self._coro.send(None)  # StopIteration: answered without blocking
+        scope = self._owner.scope
+        _enter_outside_handler(task, base, scope)
+        self._scope = scope
+        return yielded
+
+
+@types.coroutine
+def _plain(owner: ScopeOwner, awaitable: Awaitable[T]) -> Generator[Any, Any, T | None]:
+    with owner.scope:
+        return (yield from _await(awaitable))
+    return None  # the scope caught a cancellation
 
 
 def _await(awaitable: Awaitable[T]) -> Generator[Any, Any, T]:
