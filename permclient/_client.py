@@ -76,8 +76,6 @@ _CANCELLED: Final = Cancelled()
 _NO_RESULT: Final = object()
 _PERMISSION_TASK: Final = "permclient.permission"
 _PERMISSION_CANCELLED: Final = PermissionResponse(_CANCELLED)
-# Distinct option sets remembered for sharing; agents offer the same few again and again.
-_OPTIONS_SEEN_LIMIT: Final = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +166,14 @@ class _HandlerEntry:
         self.pending: set[_Inbound] = set()
 
 
+class _SharedOptions:
+    __slots__ = ("options", "uses")
+
+    def __init__(self, options: tuple[PermissionOption, ...]) -> None:
+        self.options = options
+        self.uses = 0
+
+
 class _Inbound:
     """One inbound request from arrival until its single response is queued."""
 
@@ -181,6 +187,7 @@ class _Inbound:
         "is_permission",
         "offered",
         "session_id",
+        "shared_options",
         "started",
         "tool_call_id",
     )
@@ -197,6 +204,7 @@ class _Inbound:
         self.tool_call_id: str | None = None
         self.cancelled_result: Any = _NO_RESULT
         self.offered: tuple[PermissionOption, ...] = ()
+        self.shared_options: _SharedOptions | None = None
 
     @property
     def scope(self) -> trio.CancelScope:
@@ -258,7 +266,9 @@ class Client:
         self._outbound: dict[RequestId, _Outbound] = {}
         self._inbound: dict[RequestId | None, _Inbound] = {}
         self._permission_handlers: dict[str, list[_HandlerEntry]] = {}
-        self._options_seen: dict[tuple[PermissionOption, ...], tuple[PermissionOption, ...]] = {}
+        # Equal option sets of pending permission requests, held once (agents offer
+        # the same few sets again and again); an entry goes with its last request.
+        self._options_in_use: dict[tuple[PermissionOption, ...], _SharedOptions] = {}
         self._request_handlers: dict[str, _Route] = {}
         self._notification_callbacks: dict[str, list[NotificationCallback]] = {}
         self._session_callbacks: dict[str, list[NotificationCallback]] = {}
@@ -765,8 +775,10 @@ class Client:
         entry = stack[-1]
         # Equal strings and options, shared rather than held once per pending request.
         request.session_id = session_id = entry.session_id
-        request.options = self._shared_options(request.options)
         state = _Inbound(request_id, session_id)
+        shared = state.shared_options = self._share_options(request.options)
+        if shared is not None:
+            request.options = shared.options
         state.is_permission = True
         state.entry = entry
         state.tool_call_id = request.tool_call.tool_call_id
@@ -788,15 +800,14 @@ class Client:
             self._run_permission, state, request, entry.handler, name=_PERMISSION_TASK
         )
 
-    def _shared_options(
-        self, options: tuple[PermissionOption, ...]
-    ) -> tuple[PermissionOption, ...]:
+    def _share_options(self, options: tuple[PermissionOption, ...]) -> _SharedOptions | None:
         try:
-            shared = self._options_seen.setdefault(options, options)
+            shared = self._options_in_use.get(options)
         except TypeError:  # an option carries `_meta` (a dict): not hashable, not shared
-            return options
-        if len(self._options_seen) > _OPTIONS_SEEN_LIMIT:
-            self._options_seen.clear()
+            return None
+        if shared is None:
+            shared = self._options_in_use[options] = _SharedOptions(options)
+        shared.uses += 1
         return shared
 
     async def _run_permission(
@@ -846,6 +857,11 @@ class Client:
             return False
         state.answered = True
         self._inbound.pop(state.id, None)
+        shared = state.shared_options
+        if shared is not None:
+            shared.uses -= 1
+            if not shared.uses:
+                del self._options_in_use[shared.options]
         if state.entry is not None:
             state.entry.pending.discard(state)
             assert state.session_id is not None and state.tool_call_id is not None

@@ -967,6 +967,7 @@ async def test_requests_offering_the_same_options_share_them_and_answers_stay_ex
             waiter.release.set()
             answers = {(await peer.receive())["id"] for _ in range(2)}
             assert answers == {0, 1}
+            assert not client._options_in_use  # held only while a request is pending
 
 
 async def test_options_carrying_meta_are_not_shared_and_still_answer_exactly() -> None:
