@@ -74,7 +74,18 @@ def agent_argv(framing: str, args: argparse.Namespace) -> list[str]:
         str(args.window),
         "--sessions",
         str(args.sessions),
+        *([] if args.agent_cpu is None else ["--cpu", str(args.agent_cpu)]),
     ]
+
+
+def pinned_cpus() -> tuple[int, int] | None:
+    """Two CPUs for the client and the agent, so neither is migrated or preempted
+    by the other mid-burst (the largest source of noise on a small machine)."""
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return None
+    return (cpus[0], cpus[1]) if len(cpus) >= 2 else None
 
 
 def calibrate() -> float:
@@ -251,6 +262,8 @@ def _bare_runs(args: argparse.Namespace, log: Any) -> Any:
 
 def child_main(args: argparse.Namespace) -> int:
     key, _, framing, dialect = next(c for c in CONFIGS if c[0] == args.child)
+    if args.client_cpu is not None:
+        os.sched_setaffinity(0, {args.client_cpu})
     with tempfile.NamedTemporaryFile("w", prefix="cheap_agent.", suffix=".log") as log:
         if dialect is None:
             import asyncio
@@ -285,7 +298,9 @@ def run_config(key: str, args: argparse.Namespace) -> dict[str, Any]:
         "--warmup",
         str(args.warmup),
         "--repeat",
-        str(args.repeat),
+        "1",
+        *([] if args.client_cpu is None else ["--client-cpu", str(args.client_cpu)]),
+        *([] if args.agent_cpu is None else ["--agent-cpu", str(args.agent_cpu)]),
     ]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
@@ -303,7 +318,20 @@ def main() -> int:
     parser.add_argument("--window", type=int, default=64, help="outstanding requests (W)")
     parser.add_argument("--sessions", type=int, default=8, help="sessions (S)")
     parser.add_argument("--warmup", type=int, default=None, help="warm-up burst (default N/10)")
-    parser.add_argument("--repeat", type=int, default=3, help="measured bursts; medians shown")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=5,
+        help="rounds; each runs every configuration once, in turn, in a fresh process "
+        "(so a slow spell of the machine hits all of them); medians shown",
+    )
+    parser.add_argument(
+        "--no-pin",
+        action="store_true",
+        help="do not pin the client and the agent to two separate CPUs",
+    )
+    parser.add_argument("--client-cpu", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--agent-cpu", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--quick", action="store_true", help="tiny run: N=500, 1 repeat")
     parser.add_argument(
         "--only", choices=[c[0] for c in CONFIGS], action="append", help="run only these"
@@ -317,26 +345,40 @@ def main() -> int:
     if args.child:
         return child_main(args)
 
+    pins = None if args.no_pin else pinned_cpus()
+    if pins is not None:
+        args.client_cpu, args.agent_cpu = pins
+    pinning = (
+        f"client on CPU {pins[0]}, agent on CPU {pins[1]}" if pins is not None else "not pinned"
+    )
     print(
         f"approvals: N={args.count} W={args.window} S={args.sessions} "
-        f"warm-up={args.warmup} repeats={args.repeat} (medians); "
+        f"warm-up={args.warmup} rounds={args.repeat} (medians); {pinning}; "
         f"python {sys.version.split()[0]}; agent = bench/cheap_agent.py over OS pipes",
         flush=True,
     )
     print(machine_line(), flush=True)
-    rows = []
+    configs = [c for c in CONFIGS if not args.only or c[0] in args.only]
+    runs_of: dict[str, list[dict[str, Any]]] = {key: [] for key, *_ in configs}
     failures = 0
-    for key, label, framing, _ in CONFIGS:
-        if args.only and key not in args.only:
-            continue
+    for round_number in range(1, args.repeat + 1):
         started = time.perf_counter()
-        result = run_config(key, args)
-        runs = result["runs"]
-        errors = sum(r["errors"] for r in runs)
-        agent = result["agent"] or {}
-        if errors or result["agent_exit"] != 0 or agent.get("errors"):
-            failures += 1
-            print(f"  !! {key}: {errors} wrong answers; agent: {agent}", flush=True)
+        for key, *_ in configs:
+            result = run_config(key, args)
+            agent = result["agent"] or {}
+            errors = sum(r["errors"] for r in result["runs"])
+            if errors or result["agent_exit"] != 0 or agent.get("errors"):
+                failures += 1
+                print(f"  !! {key}: {errors} wrong answers; agent: {agent}", flush=True)
+            runs_of[key].extend(result["runs"])
+        rates = ", ".join(
+            f"{key} {runs_of[key][-1]['count'] / runs_of[key][-1]['elapsed']:,.0f}/s"
+            for key, *_ in configs
+        )
+        print(f"  round {round_number}: {time.perf_counter() - started:.1f}s ({rates})", flush=True)
+    rows = []
+    for key, label, framing, _ in configs:
+        runs = runs_of[key]
         count = runs[0]["count"]
         elapsed = statistics.median(r["elapsed"] for r in runs)
         cpu = statistics.median(r["cpu"] for r in runs)
@@ -351,13 +393,7 @@ def main() -> int:
                 "rate": count / elapsed,
                 "cpu_us": cpu / count * 1e6,
                 "agent_cpu_us": agent_cpu / count * 1e6,
-                "rates": [r["count"] / r["elapsed"] for r in runs],
             }
-        )
-        print(
-            f"  {key}: done in {time.perf_counter() - started:.1f}s "
-            f"(per-run approvals/s: {', '.join(f'{x:,.0f}' for x in rows[-1]['rates'])})",
-            flush=True,
         )
 
     official = next((r for r in rows if r["key"] == "official-acp"), None)

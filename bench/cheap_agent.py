@@ -313,7 +313,10 @@ def main() -> int:
     parser.add_argument("--count", type=int, default=20000, help="approvals per burst")
     parser.add_argument("--window", type=int, default=64, help="requests kept outstanding")
     parser.add_argument("--sessions", type=int, default=8, help="sessions to cycle over")
+    parser.add_argument("--cpu", type=int, default=None, help="run on this CPU only")
     args = parser.parse_args()
+    if args.cpu is not None:
+        os.sched_setaffinity(0, {args.cpu})
     agent = Agent(args.framing, args.count, args.window, args.sessions)
     try:
         return agent.run()

@@ -4,8 +4,10 @@ One reader task feeds the framer and dispatches every message synchronously
 (so notifications keep their order); one writer task owns the stream's send side
 and flushes whatever has been queued since its last write (batched writes; a
 cancelled caller can never leave half a frame on the wire, because queueing a
-frame is a synchronous append). Each inbound request runs in a task of its own,
-inside its own cancel scope (entered only once its handler blocks: see _lazy_scope).
+frame is a synchronous append). The permission requests of one read are started
+in one task, in order; a handler that blocks gets that task and a cancel scope of
+its own, and the rest go on in a new task (see _lazy_scope). Each other inbound
+request runs in a task of its own.
 """
 
 from __future__ import annotations
@@ -16,14 +18,14 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
-from typing import Any, Final, Literal, TypeVar, overload
+from typing import Any, Final, Literal, TypeAlias, TypeVar, overload
 
 import msgspec
 import trio
 
 from ._errors import ConnectionClosed, LocalProtocolError, RemoteProtocolError, RequestError
 from ._framing import DEFAULT_MAX_FRAME_SIZE, ContentLengthFramer, Framer, NewlineFramer
-from ._lazy_scope import scoped
+from ._lazy_scope import start
 from ._messages import (
     DECODE_ERRORS,
     ErrorCode,
@@ -221,6 +223,10 @@ class _Inbound:
             self._scope.cancel()
 
 
+# Permission requests to start in one task: their state, request and handler.
+_Batch: TypeAlias = list[tuple[_Inbound, PermissionRequest, PermissionHandler]]
+
+
 class _SessionScoped(msgspec.Struct, rename="camel"):
     session_id: Any = None
 
@@ -266,6 +272,7 @@ class Client:
         self._outbound: dict[RequestId, _Outbound] = {}
         self._inbound: dict[RequestId | None, _Inbound] = {}
         self._permission_handlers: dict[str, list[_HandlerEntry]] = {}
+        self._starting: _Batch = []  # permission requests of the read being dispatched
         # Equal option sets of pending permission requests, held once (agents offer
         # the same few sets again and again); an entry goes with its last request.
         self._options_in_use: dict[tuple[PermissionOption, ...], _SharedOptions] = {}
@@ -571,6 +578,7 @@ class Client:
                     if frame is None:
                         break
                     self._dispatch(frame)
+                self._start_handlers()
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             self._connection_lost(f"read failed: {exc or type(exc).__name__}")
         except Exception as exc:
@@ -796,9 +804,8 @@ class Client:
                 tool_call_id=state.tool_call_id,
                 options=[option.option_id for option in request.options],
             )
-        self._nursery.start_soon(
-            self._run_permission, state, request, entry.handler, name=_PERMISSION_TASK
-        )
+        # Started after the rest of this read is dispatched, in one task for all.
+        self._starting.append((state, request, entry.handler))
 
     def _share_options(self, options: tuple[PermissionOption, ...]) -> _SharedOptions | None:
         try:
@@ -810,24 +817,54 @@ class Client:
         shared.uses += 1
         return shared
 
-    async def _run_permission(
-        self, state: _Inbound, request: PermissionRequest, handler: PermissionHandler
-    ) -> None:
-        if state.answered:
-            return  # withdrawn before this task started: no card for a settled question
-        decision: Decision = _CANCELLED
-        try:
-            answer = await scoped(state, handler(request))
-            if not state.cancel_called:
-                decision = _checked_decision(answer, state.offered)
-        except Exception:
-            log.exception(
-                "permission handler for session %r failed; answered cancelled", state.session_id
-            )
-        finally:
-            # Runs on every path, including our own cancellation: exactly one answer.
-            if not state.answered:
-                self._answer_permission(state, decision)
+    def _start_handlers(self) -> None:
+        if self._starting:
+            batch, self._starting = self._starting, []
+            self._nursery.start_soon(self._run_permissions, batch, 0, name=_PERMISSION_TASK)
+
+    async def _run_permissions(self, batch: _Batch, first: int) -> None:
+        """Run the handlers of ``batch[first:]`` in order, in this one task.
+
+        A handler that answers without blocking needs no task and no cancel scope
+        of its own (see _lazy_scope). The first that blocks keeps this task, which
+        then belongs to its request alone; the rest of the batch goes on in a new one.
+        """
+        for index in range(first, len(batch)):
+            state, request, handler = batch[index]
+            if state.answered:
+                continue  # withdrawn before its handler ran: no card for a settled question
+            try:
+                finished, outcome = start(state, handler, request)
+            except Exception:
+                log.exception(
+                    "permission handler for session %r failed; answered cancelled",
+                    state.session_id,
+                )
+                self._answer_permission(state, _CANCELLED)
+                continue
+            if finished:
+                self._answer_permission(state, _checked_decision(outcome, state.offered))
+                continue
+            if index + 1 < len(batch):
+                self._nursery.start_soon(
+                    self._run_permissions, batch, index + 1, name=_PERMISSION_TASK
+                )
+            del batch, request, handler  # held from here on by what needs them only
+            decision: Decision = _CANCELLED
+            try:
+                answer = await outcome
+                if not state.cancel_called:
+                    decision = _checked_decision(answer, state.offered)
+            except Exception:
+                log.exception(
+                    "permission handler for session %r failed; answered cancelled",
+                    state.session_id,
+                )
+            finally:
+                # Runs on every path, including our own cancellation: exactly one answer.
+                if not state.answered:
+                    self._answer_permission(state, decision)
+            return
 
     def _answer_permission(self, state: _Inbound, decision: Decision) -> None:
         if state.answered:
@@ -903,7 +940,9 @@ class Client:
         try:
             if state.answered or state.cancel_called:
                 return  # cancelled before this task started: the finally answers
-            result = await scoped(state, handler(params))
+            finished, result = start(state, handler, params)
+            if not finished:
+                result = await result
             if state.cancel_called:
                 return  # the handler swallowed its cancellation: still a cancelled answer
             try:
@@ -952,6 +991,7 @@ class Client:
             return
         self._closed = reason
         self._closed_event.set()
+        self._starting.clear()  # every one of them is answered below
         log.info("connection closed: %s", reason)
         outbound, self._outbound = self._outbound, {}
         for slot in outbound.values():

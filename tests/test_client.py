@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import io
 import json
 from collections.abc import AsyncIterator
@@ -1066,3 +1067,80 @@ async def test_a_peer_cancelled_turn_withdraws_its_own_questions_before_answerin
                 "id": turn_id,
                 "result": {"stopReason": "cancelled"},
             }
+
+
+def _asks(peer: FakePeer, *asks: tuple[int, str]) -> bytes:
+    """Several permission requests (id, session) as the bytes of one write."""
+    return b"".join(
+        peer.framer_type.encode(
+            json.dumps(
+                {
+                    "jsonrpc": "2.0",
+                    "id": request_id,
+                    "method": "session/request_permission",
+                    "params": {
+                        "sessionId": session,
+                        "toolCall": {"toolCallId": f"c{request_id}"},
+                        "options": allow_deny(),
+                    },
+                }
+            ).encode()
+        )
+        for request_id, session in asks
+    )
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+async def test_a_handler_that_blocks_holds_up_none_of_the_requests_read_with_it(
+    dialect: str,
+) -> None:
+    # One read, five requests: the handlers that answer at once are answered, in
+    # order, while two that wait (one of them raising later) keep their requests
+    # open; each is then answered for itself.
+    async with connected(dialect) as (client, peer):
+        slow = Waiter()
+
+        async def failing(req: PermissionRequest) -> Selected:
+            raise Boom("handler bug")
+
+        with (
+            client.permission_handler("fast", allow_handler),
+            client.permission_handler("slow", slow),
+            client.permission_handler("broken", failing),
+        ):
+            await peer.send_raw(
+                _asks(peer, (0, "fast"), (1, "slow"), (2, "broken"), (3, "slow"), (4, "fast"))
+            )
+            answers = [await peer.receive() for _ in range(3)]
+            assert [(a["id"], a["result"]) for a in answers] == [
+                (0, selected("allow")),
+                (2, CANCELLED),
+                (4, selected("allow")),
+            ]
+            await trio.testing.wait_all_tasks_blocked()
+            assert [r.tool_call.tool_call_id for r in slow.seen] == ["c1", "c3"]
+            assert client.pending_permissions("slow") == 2
+            await peer.notify("$/cancelRequest", {"id": 3})
+            assert await peer.receive() == {"jsonrpc": "2.0", "id": 3, "result": CANCELLED}
+            await trio.testing.wait_all_tasks_blocked()
+            assert slow.cancelled == ["c3"]
+            slow.release.set()
+            assert await peer.receive() == {"jsonrpc": "2.0", "id": 1, "result": selected("allow")}
+            await assert_nothing_more(peer)
+
+
+async def test_handlers_started_together_each_see_only_their_own_context() -> None:
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="unset")
+    seen: list[str] = []
+
+    async def leaky(req: PermissionRequest) -> Selected:
+        seen.append(var.get())
+        var.set(req.tool_call.tool_call_id)
+        return Selected("allow")
+
+    async with connected() as (client, peer):
+        with client.permission_handler("s", leaky):
+            await peer.send_raw(_asks(peer, (0, "s"), (1, "s"), (2, "s")))
+            for _ in range(3):
+                await peer.receive()
+    assert seen == ["unset", "unset", "unset"]

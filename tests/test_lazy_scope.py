@@ -1,4 +1,4 @@
-"""scoped: a handler's cancel scope, entered only if the handler blocks.
+"""start(): a handler's cancel scope, entered only if the handler blocks.
 
 Every case runs twice: with the splice (the fast path) and with it switched off
 (the plain ``with scope:`` path), and must behave the same either way.
@@ -6,6 +6,7 @@ Every case runs twice: with the splice (the fast path) and with it switched off
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,7 +15,7 @@ import trio
 import trio.testing
 
 from permclient import _lazy_scope
-from permclient._lazy_scope import scoped
+from permclient._lazy_scope import start
 
 
 @pytest.fixture(params=["splice", "plain"], autouse=True)
@@ -43,6 +44,12 @@ class Owner:
         if self._scope is None:
             self._scope = trio.CancelScope()
         return self._scope
+
+
+async def scoped(owner: Owner, awaitable: Any) -> Any:
+    """What the client does: start it here; if it blocked, await the rest."""
+    finished, outcome = start(owner, lambda _: awaitable, None)
+    return outcome if finished else await outcome
 
 
 def was_entered(scope: trio.CancelScope) -> bool:
@@ -264,3 +271,33 @@ async def test_the_task_is_left_in_its_own_cancel_scope_afterwards() -> None:
     with trio.move_on_after(0.01) as after:
         await trio.sleep_forever()
     assert after.cancelled_caught
+
+
+async def test_each_handler_runs_in_its_own_copy_of_the_context() -> None:
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="unset")
+    seen = []
+
+    async def setter() -> str:
+        var.set("first handler's")
+        await trio.lowlevel.checkpoint()
+        seen.append(var.get())  # still its own, after blocking
+        return "allow"
+
+    async def reader() -> str:
+        seen.append(var.get())
+        return "allow"
+
+    assert await scoped(Owner(), setter()) == "allow"
+    assert await scoped(Owner(), reader()) == "allow"
+    assert var.get() == "unset"
+    assert seen == ["first handler's", "unset"]
+
+
+async def test_a_handler_that_raises_before_blocking_never_gets_a_scope(path: str) -> None:
+    async def handler() -> str:
+        raise ValueError("bad handler")
+
+    owner = Owner()
+    with pytest.raises(ValueError, match="bad handler"):
+        await scoped(owner, handler())
+    assert owner.asked is (path == "plain")
