@@ -194,13 +194,15 @@ class _Inbound:
         "tool_call_id",
     )
 
-    def __init__(self, request_id: RequestId | None, session_id: str | None) -> None:
+    def __init__(
+        self, request_id: RequestId | None, session_id: str | None, started: float
+    ) -> None:
         self.id = request_id
         self.session_id = session_id
         self._scope: trio.CancelScope | None = None
         self.cancel_called = False
         self.answered = False
-        self.started = time.monotonic()
+        self.started = started  # for telemetry's latencies only
         self.is_permission = False
         self.entry: _HandlerEntry | None = None
         self.tool_call_id: str | None = None
@@ -742,10 +744,13 @@ class Client:
                 encode_error(message.id, ErrorCode.INVALID_PARAMS, f"invalid params: {exc}")
             )
             return
-        state = _Inbound(message.id, None)
+        state = _Inbound(message.id, None, self._now())
         state.cancelled_result = route.cancelled_result
         self._inbound[message.id] = state
         self._nursery.start_soon(self._run_request, state, route.handler, params)
+
+    def _now(self) -> float:
+        return time.monotonic() if self._telemetry is not None else 0.0
 
     def _emit(self, event: str, **fields: Any) -> None:
         if self._telemetry is not None:
@@ -783,7 +788,7 @@ class Client:
         entry = stack[-1]
         # Equal strings and options, shared rather than held once per pending request.
         request.session_id = session_id = entry.session_id
-        state = _Inbound(request_id, session_id)
+        state = _Inbound(request_id, session_id, self._now())
         shared = state.shared_options = self._share_options(request.options)
         if shared is not None:
             request.options = shared.options
