@@ -15,12 +15,16 @@ answers it only after N permission requests, W of them outstanding at a time, ha
 all been answered ``selected allow``. ``time.perf_counter()`` and
 ``time.process_time()`` (the client process's own CPU, all threads) are read right
 around that one request, so they cover exactly the burst. A warm-up burst runs
-first on the same connection; the measured burst is repeated and the medians are
-reported. The agent checks every answer (right id, ``selected``, ``allow``).
+first on the same connection. Each round runs every configuration once, in turn,
+each in a fresh process, so a slow spell of the machine hits all of them alike; the
+medians over the rounds are reported. The client and the agent are pinned to two
+separate CPUs (unless ``--no-pin``), the largest source of noise on a small machine
+being one preempting or migrating the other. The agent checks every answer (right
+id, ``selected``, ``allow``).
 
 Usage::
 
-    python bench/approvals.py            # N=20000, W=64, S=8, 3 repeats
+    python bench/approvals.py            # N=20000, W=64, S=8, 5 rounds
     python bench/approvals.py --quick    # a tiny smoke run
 """
 
