@@ -62,6 +62,7 @@ class ScopeOwner(Protocol):
         ...
 
 
+@trio.lowlevel.enable_ki_protection  # a Ctrl-C half way would leave the statuses torn
 def _enter_outside_handler(task: Any, base: Any, scope: trio.CancelScope) -> None:
     """Enter ``scope`` in ``task`` as if before the handler's own open scopes."""
     top = task._cancel_status
@@ -81,60 +82,83 @@ def start(owner: ScopeOwner, handler: Callable[[A], Awaitable[T]], arg: A) -> tu
     """Call ``handler(arg)`` and run it until it first blocks.
 
     Returns ``(True, result)`` if it finished, or ``(False, awaitable)``: awaiting
-    that (in this same task) runs the rest inside ``owner.scope`` and returns the
-    result, or ``None`` if the scope caught a cancellation (callers check for their
-    own cancel before trusting a result). A handler that raises before blocking
-    raises here.
+    that at once, in this same task, runs the rest inside ``owner.scope`` (entered
+    on that first await) and in the handler's own context (which becomes the
+    task's: the task belongs to the handler from then on), and returns the result,
+    or ``None`` if the scope caught a cancellation (callers check for their own
+    cancel before trusting a result). A handler that raises before blocking raises
+    here.
     """
     context = contextvars.copy_context()
     awaitable = context.run(handler, arg)
     if not SPLICE_SUPPORTED or type(awaitable) is not types.CoroutineType:
         # Taken as blocking: its scope is entered before it starts, the plain way.
-        steps = _await(awaitable)
-        scope = owner.scope
-        scope.__enter__()
-        return False, Relay(context, steps, scope, _GONE)
-    task = trio.lowlevel.current_task()
-    base = task._cancel_status
+        return False, Relay(_await(awaitable), owner.scope, context, None, _NOT_STARTED)
+    base = trio.lowlevel.current_task()._cancel_status
     try:
         yielded = context.run(awaitable.send, None)
     except StopIteration as done:
         return True, done.value
-    scope = owner.scope
-    _enter_outside_handler(task, base, scope)
-    return False, Relay(context, awaitable, scope, yielded)
+    return False, Relay(awaitable, owner.scope, context, base, yielded)
 
 
 class Relay(Generator[Any, Any, T]):
-    """The rest of a blocked handler, inside its entered scope (``await`` delegates here).
+    """The rest of a blocked handler, inside its scope (``await`` delegates here).
 
     A small object rather than a generator: one is alive per pending request, and
-    a generator frame is four times its size.
+    a generator frame is several times its size.
     """
 
-    __slots__ = ("_context", "_coro", "_scope", "_yielded")
+    __slots__ = ("_base", "_context", "_coro", "_scope", "_yielded")
 
     def __init__(
         self,
-        context: contextvars.Context,
         coro: Coroutine[Any, Any, T] | Generator[Any, Any, T],
         scope: trio.CancelScope,
+        context: contextvars.Context,
+        base: Any,
         yielded: Any,
     ) -> None:
-        self._context = context
         self._coro = coro
         self._scope = scope
-        self._yielded = yielded  # the trap it blocked on, not yet handed to trio (or _GONE)
+        # Until the first send: what entering the scope needs.
+        self._context: contextvars.Context | None = context
+        self._base = base  # the task's cancel status when the handler started
+        self._yielded = yielded  # the trap it blocked on, or _NOT_STARTED
 
     def __await__(self) -> Generator[Any, Any, T]:
         return self
 
     def send(self, value: Any) -> Any:
-        if self._yielded is not _GONE:
-            yielded, self._yielded = self._yielded, _GONE
-            return yielded
+        if self._context is not None:
+            return self._begin()
+        return self._step(self._coro.send, value)
+
+    def throw(self, typ: Any, value: Any = None, traceback: Any = None) -> Any:
+        exc = _exception(typ, value, traceback)
+        if self._context is not None:  # never awaited: no scope to leave
+            self._context = None
+            return self._coro.throw(exc)
+        return self._step(self._coro.throw, exc)
+
+    def _begin(self) -> Any:
+        context, self._context = self._context, None
+        assert context is not None
+        task = trio.lowlevel.current_task()
+        # From here on trio runs each step of the task in the handler's context
+        # (and trio.from_thread can swap it, as in any task).
+        task.context = context
+        yielded, self._yielded = self._yielded, None
+        if yielded is _NOT_STARTED:
+            self._scope.__enter__()
+            return self._step(context.run, self._coro.send, None)
+        _enter_outside_handler(task, self._base, self._scope)
+        self._base = None
+        return yielded
+
+    def _step(self, call: Callable[..., Any], *args: Any) -> Any:
         try:
-            return self._context.run(self._coro.send, value)
+            return call(*args)
         except StopIteration:
             self._scope.__exit__(None, None, None)
             raise
@@ -143,24 +167,23 @@ class Relay(Generator[Any, Any, T]):
                 raise StopIteration(None) from None  # the scope caught a cancellation
             raise
 
-    def throw(self, typ: Any, value: Any = None, traceback: Any = None) -> Any:
-        exc = typ if isinstance(typ, BaseException) else (value or typ())
-        self._yielded = _GONE
-        try:
-            return self._context.run(self._coro.throw, exc)
-        except StopIteration:
-            self._scope.__exit__(None, None, None)
-            raise
-        except BaseException as raised:
-            if self._scope.__exit__(type(raised), raised, raised.__traceback__):
-                raise StopIteration(None) from None
-            raise
 
-    def close(self) -> None:
-        self._coro.close()
+_NOT_STARTED: Any = object()
 
 
-_GONE: Any = object()
+def _exception(typ: Any, value: Any, traceback: Any) -> BaseException:
+    """The exception ``throw(typ, value, traceback)`` means, as generators read it."""
+    if isinstance(typ, BaseException):
+        exc = typ
+    elif isinstance(value, typ):
+        exc = value
+    elif value is None:
+        exc = typ()
+    elif isinstance(value, tuple):
+        exc = typ(*value)
+    else:
+        exc = typ(value)
+    return exc if traceback is None else exc.with_traceback(traceback)
 
 
 def _await(awaitable: Awaitable[T]) -> Generator[Any, Any, T]:
@@ -170,4 +193,11 @@ def _await(awaitable: Awaitable[T]) -> Generator[Any, Any, T]:
         raise TypeError(
             f"a handler must return an awaitable, not {type(awaitable).__name__}"
         ) from None
-    return method(awaitable)
+    steps = method(awaitable)
+    if isinstance(steps, types.GeneratorType | types.CoroutineType):
+        return steps
+    return _as_generator(steps)  # `await` takes any iterator; give it send and throw
+
+
+def _as_generator(steps: Any) -> Generator[Any, Any, T]:
+    return (yield from steps)  # type: ignore[no-any-return]

@@ -287,10 +287,90 @@ async def test_each_handler_runs_in_its_own_copy_of_the_context() -> None:
         seen.append(var.get())
         return "allow"
 
-    assert await scoped(Owner(), setter()) == "allow"
+    # As in the client, a handler that blocked keeps the task it ran in: own task.
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(scoped, Owner(), setter())
     assert await scoped(Owner(), reader()) == "allow"
     assert var.get() == "unset"
     assert seen == ["first handler's", "unset"]
+
+
+async def test_trio_from_thread_sees_the_threads_context_inside_a_blocked_handler() -> None:
+    # trio.from_thread.run swaps the task's context around the callback; the
+    # handler's steps must run in the task's context for that to work.
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="unset")
+    seen = []
+
+    async def in_trio() -> None:
+        seen.append(("callback sees", var.get()))
+        var.set("set by the callback")
+
+    def in_thread() -> None:
+        var.set("set in the thread")
+        trio.from_thread.run(in_trio)
+
+    async def handler() -> str:
+        var.set("the handler's")
+        await trio.to_thread.run_sync(in_thread)
+        seen.append(("handler after", var.get()))
+        return "allow"
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(scoped, Owner(), handler())
+    assert seen == [("callback sees", "set in the thread"), ("handler after", "the handler's")]
+
+
+async def test_throw_follows_the_generator_conventions() -> None:
+    caught = []
+
+    async def handler(_: object) -> str:
+        try:
+            await trio.lowlevel.checkpoint()
+        except ValueError as exc:
+            caught.append(repr(exc))
+            return "caught"
+        return "not thrown"  # pragma: no cover
+
+    owner = Owner()
+    finished, relay = start(owner, handler, None)
+    assert not finished
+    relay.send(None)  # hands the trap out, as the awaiting coroutine would
+    with pytest.raises(StopIteration) as done:
+        relay.throw(ValueError, "boom")  # the old three-argument form
+    assert done.value.value == "caught"
+    assert caught == ["ValueError('boom')"]
+
+
+async def test_closing_the_relay_leaves_the_scope() -> None:
+    async def handler(_: object) -> str:
+        with trio.move_on_after(3600):
+            await trio.sleep_forever()
+        return "not reached"  # pragma: no cover
+
+    owner = Owner()
+    finished, relay = start(owner, handler, None)
+    assert not finished
+    relay.send(None)
+    relay.close()
+    # The task's cancel scopes are whole again: a new one opens, times out, closes.
+    with trio.move_on_after(0.01) as after:
+        await trio.sleep_forever()
+    assert after.cancelled_caught
+
+
+async def test_an_awaitable_whose_await_gives_a_plain_iterator_works() -> None:
+    class Done:
+        def __iter__(self) -> Done:
+            return self
+
+        def __next__(self) -> Any:
+            raise StopIteration("allow")
+
+    class Ready:
+        def __await__(self) -> Any:
+            return Done()
+
+    assert await scoped(Owner(), Ready()) == "allow"
 
 
 async def test_a_handler_that_raises_before_blocking_never_gets_a_scope(path: str) -> None:
