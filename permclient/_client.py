@@ -90,11 +90,20 @@ class _Dialect:
     turn_requests: frozenset[str]
     # Outbound notifications that cancel a session's turn.
     turn_cancels: frozenset[str]
+    # What a caller giving up on a turn request sends instead of the request cancel
+    # (ACP cancels a prompt with `session/cancel {"sessionId"}`), if anything.
+    turn_cancel_notification: str | None
 
 
 _DIALECTS: Final[dict[str, _Dialect]] = {
     "bridge": _Dialect(
-        "bridge", ContentLengthFramer, "$/cancelRequest", "id", frozenset({"chatSend"}), frozenset()
+        "bridge",
+        ContentLengthFramer,
+        "$/cancelRequest",
+        "id",
+        frozenset({"chatSend"}),
+        frozenset(),
+        None,
     ),
     "acp": _Dialect(
         "acp",
@@ -103,6 +112,7 @@ _DIALECTS: Final[dict[str, _Dialect]] = {
         "requestId",
         frozenset({"session/prompt"}),
         frozenset({"session/cancel"}),
+        "session/cancel",
     ),
 }
 
@@ -333,9 +343,11 @@ class Client:
         ``params`` is anything msgspec can encode (a dict, a Struct, ...). The
         result is decoded into ``result_type`` (plain JSON values by default).
         If the caller is cancelled while waiting, the dialect's cancel
-        notification is sent for this id and a late response is dropped; for a
-        turn request (bridge ``chatSend``, ACP ``session/prompt``) every pending
-        permission request of its session is answered ``cancelled`` at once.
+        notification is sent for this id (for ACP ``session/prompt``:
+        ``session/cancel`` for its session, as ACP cancels a turn) and a late
+        response is dropped; for a turn request (bridge ``chatSend``, ACP
+        ``session/prompt``) every pending permission request of its session is
+        answered ``cancelled`` at once.
 
         Raises :class:`RequestError` for an error response,
         :class:`ConnectionClosed` if the connection is or becomes closed,
@@ -975,18 +987,20 @@ class Client:
         """Our caller gave up on a request: tell the peer, and end a cancelled turn."""
         if self._closed is not None:
             return
+        dialect = self._dialect
+        is_turn = slot.method in dialect.turn_requests
+        session_id = _session_of(slot.params) if is_turn else None
+        params: dict[str, RequestId]
+        if session_id is not None and dialect.turn_cancel_notification is not None:
+            method, params = dialect.turn_cancel_notification, {"sessionId": session_id}
+        else:
+            method, params = dialect.cancel_method, {dialect.cancel_key: request_id}
         try:
-            self._queue(
-                encode_notification(
-                    self._dialect.cancel_method, {self._dialect.cancel_key: request_id}
-                )
-            )
-        except LocalProtocolError:  # pragma: no cover - ids are always encodable
+            self._queue(encode_notification(method, params))
+        except LocalProtocolError:  # pragma: no cover - ids and session ids are encodable
             log.exception("could not encode a cancel notification")
-        if slot.method in self._dialect.turn_requests:
-            session_id = _session_of(slot.params)
-            if session_id is not None:
-                self.cancel_permissions(session_id)
+        if session_id is not None:
+            self.cancel_permissions(session_id)
 
     # ------------------------------------------------------------------ teardown
 

@@ -475,6 +475,30 @@ async def test_cancelling_a_bridge_chat_send_answers_that_sessions_permissions_a
             assert await peer.receive() == {"jsonrpc": "2.0", "id": b, "result": selected("allow")}
 
 
+async def test_cancelling_an_acp_prompt_sends_session_cancel_and_answers_its_permissions() -> None:
+    async with connected("acp") as (client, peer):
+        waiter = Waiter()
+        with client.permission_handler("s-A", waiter):
+            with trio.CancelScope() as turn:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(
+                        client.request, "session/prompt", {"sessionId": "s-A", "prompt": []}
+                    )
+                    await peer.receive()
+                    a = await peer.ask_permission("s-A", "a")
+                    await waiter.arrived.wait()
+                    turn.cancel()
+            got = [await peer.receive(), await peer.receive()]
+            # ACP cancels a turn with session/cancel, not with a request cancel.
+            assert {
+                "jsonrpc": "2.0",
+                "method": "session/cancel",
+                "params": {"sessionId": "s-A"},
+            } in got
+            assert {"jsonrpc": "2.0", "id": a, "result": CANCELLED} in got
+            await assert_nothing_more(peer)
+
+
 async def test_acp_session_cancel_answers_that_sessions_permissions_at_once() -> None:
     async with connected("acp") as (client, peer):
         waiter = Waiter()
