@@ -3,26 +3,29 @@
 Nothing but protocol bytes ever goes to stdout: errors and logs go to stderr.
 Exit codes: 0 when the editor closes stdin, 2 for a bad option (unknown
 dialect, missing workspace, invalid policy), 1 when the state folder cannot be
-created, 130 on Ctrl-C.
+created, 130 on Ctrl-C. Two dialects: ``bridge`` (the default) and ``acp``
+(Agent Client Protocol v1).
 """
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Final, get_args
 
 import trio
 import typer
 from rich.console import Console
 from rich.logging import RichHandler
 
+from permclient import DialectName
 from simhost.runtime.policy import PolicyError, load_policy, shipped_policy_names
 from simhost.runtime.sessions import default_state_dir
 
 __all__ = ["runtime_command"]
 
 _stderr = Console(stderr=True)
+_DIALECTS: Final[tuple[DialectName, ...]] = get_args(DialectName)
 
 
 def _fail(message: str, code: int) -> typer.Exit:
@@ -35,7 +38,7 @@ def runtime_command(
         bool,
         typer.Option(
             "--stdio/--no-stdio",
-            help="Speak the bridge dialect on stdin/stdout (the only transport so far).",
+            help="Speak the protocol on stdin/stdout (the only transport so far).",
         ),
     ] = True,
     workspace: Annotated[
@@ -63,7 +66,11 @@ def runtime_command(
     ] = None,
     dialect: Annotated[
         str,
-        typer.Option(help="Wire dialect: bridge (Content-Length framed JSON-RPC)."),
+        typer.Option(
+            help="Wire dialect: bridge (VS Code style: Content-Length framed JSON-RPC, "
+            "chatSend) or acp (Agent Client Protocol v1: newline-delimited JSON-RPC, "
+            "initialize, session/new, session/load, session/prompt, session/cancel).",
+        ),
     ] = "bridge",
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="Log what happens to stderr.")
@@ -74,14 +81,8 @@ def runtime_command(
     Prompts such as `create notes.txt with hello` or `run ls` become tool calls
     that act inside the workspace only after the policy or the editor allows them.
     """
-    if dialect == "acp":
-        raise _fail(
-            "the acp dialect is not implemented yet (it comes in a later release); "
-            "use --dialect bridge",
-            2,
-        )
-    if dialect != "bridge":
-        raise _fail(f"unknown dialect {dialect!r}: expected bridge", 2)
+    if dialect not in _DIALECTS:
+        raise _fail(f"unknown dialect {dialect!r}: expected {' or '.join(_DIALECTS)}", 2)
     if not stdio:
         raise _fail("--stdio is the only transport so far", 2)
     folder = (workspace or Path.cwd()).expanduser()
@@ -104,7 +105,7 @@ def runtime_command(
     # Imported here so `simhost chat` never pays for the runtime's server.
     from simhost.runtime.server import RuntimeConfig, serve_stdio
 
-    config = RuntimeConfig(folder.resolve(), loaded, label, state)
+    config = RuntimeConfig(folder.resolve(), loaded, label, state, dialect)
     try:
         trio.run(serve_stdio, config)
     except KeyboardInterrupt:

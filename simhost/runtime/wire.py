@@ -1,6 +1,9 @@
-"""The bridge dialect's wire shapes, as the runtime sends and receives them.
+"""The bridge dialect's wire shapes, and the ACP-shaped updates both dialects send.
 
-One :class:`msgspec.Struct` per shape of docs/bridge-protocol.md. Params are
+One :class:`msgspec.Struct` per shape of docs/bridge-protocol.md. The
+``session/update`` and ``session/request_permission`` shapes are ACP's, and the
+ACP dialect sends them too; its own methods' shapes are in
+:mod:`simhost.runtime.acp_wire`. Params are
 converted from the decoded JSON permclient hands to request handlers
 (:func:`parse_params` turns a mismatch into a ``-32602`` error); results and
 notifications are encoded from these Structs directly.
@@ -51,10 +54,12 @@ __all__ = [
     "TextContentBlock",
     "ToolCallContentOut",
     "ToolCallOut",
+    "ToolCallReplay",
     "ToolCallStart",
     "ToolCallUpdateOut",
     "ToolKind",
     "ToolStatus",
+    "UserMessageChunk",
     "parse_params",
 ]
 
@@ -296,6 +301,12 @@ class AgentMessageChunk(msgspec.Struct, tag_field="sessionUpdate", tag="agent_me
     content: TextBlock
 
 
+class UserMessageChunk(msgspec.Struct, tag_field="sessionUpdate", tag="user_message_chunk"):
+    """``session/update`` of the user's text (ACP ``session/load`` replays the history)."""
+
+    content: TextBlock
+
+
 class ToolCallStart(
     msgspec.Struct,
     tag_field="sessionUpdate",
@@ -331,7 +342,20 @@ class ToolCallUpdateOut(
     meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
 
 
-SessionUpdateKind: TypeAlias = AgentMessageChunk | ToolCallStart | ToolCallUpdateOut
+class ToolCallReplay(msgspec.Struct, tag_field="sessionUpdate", tag="tool_call", rename="camel"):
+    """``session/update`` of a past tool call, as ACP ``session/load`` replays the history.
+
+    ``title`` is the history entry's text (the title and how the call ended).
+    """
+
+    tool_call_id: str
+    title: str
+    status: ToolStatus
+
+
+SessionUpdateKind: TypeAlias = (
+    AgentMessageChunk | UserMessageChunk | ToolCallStart | ToolCallUpdateOut | ToolCallReplay
+)
 
 
 class SessionUpdate(msgspec.Struct, rename="camel"):
