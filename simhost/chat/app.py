@@ -1,14 +1,16 @@
 """The chat's controller: one UI task owns the keyboard; everything else reports to it.
 
-:class:`ChatApp` talks to a bridge runtime through a :class:`permclient.Client`
-and shows everything on a :class:`~simhost.chat.screen.Screen`. It is driven by
+:class:`ChatApp` talks to a bridge runtime or an ACP agent through a
+:class:`permclient.Client` (the dialect's requests go through a
+:class:`~simhost.chat.backends.Backend`) and shows everything on a
+:class:`~simhost.chat.screen.Screen`. It is driven by
 input events (keys from a raw terminal, or lines from a pipe) that
 :meth:`ChatApp.run` consumes one at a time; it needs no terminal, so tests
 feed it events directly.
 
 Concurrency model:
 
-* Turns (``chatSend``) and commands run as tasks. At most one of them is the
+* Turns (``chatSend``, ACP ``session/prompt``) and commands run as tasks. At most one of them is the
   *foreground job*: the prompt waits for it, and Ctrl-C cancels it. ``/bg``
   turns run beside it; several sessions can have turns at once (one per session).
 * Each session the chat uses has a permission handler for as long as the chat
@@ -35,7 +37,6 @@ from typing import Any, Final, Literal
 import trio
 from rich.text import Text
 
-import simhost
 from permclient import (
     Cancelled,
     Client,
@@ -49,19 +50,10 @@ from permclient import (
 )
 
 from .approvals import Approval, ApprovalQueue
+from .backends import Backend, BridgeBackend, Unsupported
 from .card import PermissionCard, option_label, session_label
 from .keys import Key, LineEditor
-from .protocol import (
-    ChatSendResult,
-    InitializeResult,
-    PermissionsResult,
-    SessionHistory,
-    SessionListResult,
-    SessionNewResult,
-    SetPermissionResult,
-    UpdateBody,
-    parse_session_update,
-)
+from .protocol import InitializeResult, UpdateBody, parse_session_update
 from .render import (
     banner,
     busy_line,
@@ -123,8 +115,10 @@ class ChatApp:
         options: ChatOptions | None = None,
         *,
         log_tail: Callable[[], str] | None = None,
+        backend: Backend | None = None,
     ) -> None:
         self.client = client
+        self.backend: Backend = backend or BridgeBackend(client)
         self.screen = screen
         self.options = options or ChatOptions()
         self.queue = ApprovalQueue()
@@ -609,12 +603,18 @@ class ChatApp:
                     self._note(f"⏹ turn cancelled · {self._label(job.session_id)}", style="yellow")
                 else:
                     self._note(f"cancelled: {job.label}", style="yellow")
+        except Unsupported as exc:
+            self._note(f"{job.label}: {exc}", style="yellow")
         except RequestError as exc:
             failed = True
-            self._note(f"{job.label}: the runtime answered with an error {exc}", style="red")
+            self._note(
+                f"{job.label}: the {self.backend.role} answered with an error {exc}", style="red"
+            )
         except RemoteProtocolError as exc:
             failed = True
-            self._note(f"{job.label}: unexpected answer from the runtime: {exc}", style="red")
+            self._note(
+                f"{job.label}: unexpected answer from the {self.backend.role}: {exc}", style="red"
+            )
         except ConnectionClosed as exc:
             failed = True
             self._connection_lost(str(exc))
@@ -686,27 +686,14 @@ class ChatApp:
         )
 
     async def _start(self) -> None:
-        self.init = await self.client.request(
-            "initialize",
-            {"clientInfo": {"name": "simhost-chat", "version": simhost.__version__}},
-            result_type=InitializeResult,
-        )
+        self.init = await self.backend.start()
         pid = self.client.process.pid if self.client.process is not None else None
-        self.screen.print(banner(self.init, pid=pid))
+        self.screen.print(banner(self.init, pid=pid, role=self.backend.role))
         await self._new_session(None)
         self.ready.set()
 
     async def _new_session(self, title: str | None) -> None:
-        params = {"title": title} if title else {}
-        created = await self.client.request("sessionNew", params, result_type=SessionNewResult)
-        session_id = created.session_id
-        try:
-            info = await self.client.request(
-                "sessionRead", {"sessionId": session_id}, result_type=SessionHistory
-            )
-            title = info.title
-        except RequestError:
-            pass
+        session_id, title = await self.backend.new_session(title)
         self._adopt(session_id, title)
         self.current = session_id
         self._note(f"● new session {self._label(session_id)} — current", style="green")
@@ -787,36 +774,30 @@ class ChatApp:
         self._spawn(job, self._turn, session_id, text, background, foreground=not background)
 
     async def _turn(self, session_id: str, text: str, background: bool) -> None:
-        result = await self.client.request(
-            "chatSend", {"sessionId": session_id, "text": text}, result_type=ChatSendResult
-        )
+        stop_reason = await self.backend.prompt(session_id, text)
         self._end_of_turn(session_id)
         where = f" · {self._label(session_id)}" if background or session_id != self.current else ""
-        style = "yellow" if result.stop_reason == "cancelled" else "dim"
-        self._note(f"⏹ turn ended: {visible(result.stop_reason)}{where}", style=style)
+        style = "yellow" if stop_reason == "cancelled" else "dim"
+        self._note(f"⏹ turn ended: {visible(stop_reason)}{where}", style=style)
 
     async def _cmd_sessions(self) -> None:
-        listing = await self.client.request("sessionList", {}, result_type=SessionListResult)
-        for row in listing.sessions:
+        sessions = await self.backend.list_sessions()
+        for row in sessions:
             if row.session_id in self.titles or row.session_id == self.current:
                 self.titles[row.session_id] = row.title
         waiting = {
-            row.session_id: self.client.pending_permissions(row.session_id)
-            for row in listing.sessions
+            row.session_id: self.client.pending_permissions(row.session_id) for row in sessions
         }
         running = {
             sid: ("foreground" if job is self.foreground else "background")
             for sid, job in self.turns.items()
         }
         self.screen.print(
-            sessions_table(listing.sessions, current=self.current, waiting=waiting, running=running)
+            sessions_table(sessions, current=self.current, waiting=waiting, running=running)
         )
 
     async def _cmd_open(self, session_id: str, peek: bool) -> None:
-        method = "sessionRead" if peek else "sessionLoad"
-        history = await self.client.request(
-            method, {"sessionId": session_id}, result_type=SessionHistory
-        )
+        history = await self.backend.open(session_id, peek=peek)
         if not peek:
             self._adopt(history.session_id, history.title)
             self.current = history.session_id
@@ -826,20 +807,13 @@ class ChatApp:
 
     async def _cmd_policy(self, session_id: str, preset: str) -> None:
         if preset:
-            result = await self.client.request(
-                "sessionSetPermission",
-                {"sessionId": session_id, "presetId": preset},
-                result_type=SetPermissionResult,
-            )
+            now = await self.backend.set_permission(session_id, preset)
             self._note(
-                f"permission preset of {self._label(session_id)} is now "
-                f"{visible(result.preset_id)}",
+                f"permission preset of {self._label(session_id)} is now {visible(now)}",
                 style="green",
             )
             return
-        permissions = await self.client.request(
-            "sessionPermissions", {"sessionId": session_id}, result_type=PermissionsResult
-        )
+        permissions = await self.backend.permissions(session_id)
         self.screen.print(permissions_view(session_id, self.titles.get(session_id), permissions))
 
     async def _cmd_wait(self) -> None:

@@ -9,6 +9,8 @@ import trio
 import typer
 from rich.console import Console
 
+from permclient import DialectName
+
 __all__ = ["chat_command"]
 
 
@@ -48,25 +50,59 @@ def chat_command(
             resolve_path=True,
         ),
     ] = None,
+    agent: Annotated[
+        str | None,
+        typer.Option(
+            "--agent",
+            help="Run this agent instead of the reference runtime, e.g. "
+            "'npx @zed-industries/claude-code-acp' (split like a shell; run in the "
+            "workspace, which is also its sessions' cwd). Speaks ACP unless --dialect "
+            "bridge.",
+            metavar="'CMD ARGS'",
+        ),
+    ] = None,
+    dialect: Annotated[
+        str | None,
+        typer.Option(
+            help="Wire dialect: acp (Agent Client Protocol, newline-delimited; the default "
+            "with --agent) or bridge (Content-Length framed; the default otherwise). "
+            "Without --agent, the reference runtime is started in that dialect.",
+            metavar="acp|bridge",
+        ),
+    ] = None,
     runtime_cmd: Annotated[
         str | None,
         typer.Option(
             "--runtime-cmd",
-            help="Advanced: run this bridge runtime instead of the reference one, e.g. "
-            "'node my-runtime.js --stdio' (split like a shell; run in the workspace; "
-            "--policy and --state-dir are not added to it).",
+            help="Same as --agent CMD --dialect bridge (kept for scripts).",
             metavar="'CMD ARGS'",
         ),
     ] = None,
 ) -> None:
-    """Chat with an agent runtime and approve each tool call it asks for.
+    """Chat with an agent and approve each tool call it asks for.
 
-    Starts the reference runtime (or --runtime-cmd) as a child process, opens a
-    session and shows every permission request as a card: number keys choose an
-    option, Esc answers cancelled, Enter alone does nothing. Ctrl-C cancels a
-    running turn; at the prompt it leaves. /help lists the commands. With stdin
+    Starts the reference runtime (or --agent, any ACP agent) as a child process,
+    shows its name and version, opens a session, streams its replies and shows
+    every permission request as a card: number keys choose an option, Esc answers
+    cancelled, Enter alone does nothing. Ctrl-C cancels a running turn (ACP:
+    session/cancel); at the prompt it leaves. /help lists the commands. With stdin
     not a terminal, each line is a prompt, a command or a card's answer.
     """
+    err = Console(stderr=True)
+    if agent is not None and runtime_cmd is not None:
+        err.print("simhost chat: give --agent or --runtime-cmd, not both")
+        raise typer.Exit(2)
+    if dialect not in (None, "acp", "bridge"):
+        err.print(f"simhost chat: unknown dialect {dialect!r}: expected acp or bridge")
+        raise typer.Exit(2)
+    if runtime_cmd is not None:
+        if dialect == "acp":
+            err.print("simhost chat: --runtime-cmd is a bridge runtime: use --agent for ACP")
+            raise typer.Exit(2)
+        agent, dialect = runtime_cmd, "bridge"
+    chosen: DialectName = (
+        "acp" if dialect == "acp" or (dialect is None and agent is not None) else "bridge"
+    )
     if policy is not None and Path(policy).expanduser().is_file():
         policy = str(Path(policy).expanduser().resolve())
     # Imported here so `simhost runtime` never pays for the chat's modules.
@@ -77,10 +113,11 @@ def chat_command(
         policy=policy,
         state_dir=state_dir,
         telemetry=telemetry,
-        runtime_cmd=runtime_cmd,
+        runtime_cmd=agent,
+        dialect=chosen,
     )
-    if runtime_cmd is not None and not config.runtime_argv():
-        Console(stderr=True).print("simhost chat: --runtime-cmd is empty")
+    if agent is not None and not config.runtime_argv():
+        err.print("simhost chat: the agent's command is empty")
         raise typer.Exit(2)
     code = trio.run(run_chat, config)
     raise typer.Exit(code)

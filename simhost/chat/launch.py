@@ -1,8 +1,8 @@
 """Wiring: start the runtime, pick the screen and the keyboard, run the chat, clean up.
 
 :func:`run_chat` is what ``simhost chat`` runs inside ``trio.run``. It starts
-the runtime as a child with :func:`permclient.open_process` (bridge dialect,
-its stderr to a log file), puts a terminal in raw mode only when both stdin
+the runtime (or an ACP agent) as a child with :func:`permclient.open_process`
+(its stderr to a log file), puts a terminal in raw mode only when both stdin
 and stdout are terminals (and always restores it), and leaves nothing running:
 leaving ``open_process`` stops the child and its process group.
 """
@@ -27,6 +27,7 @@ from rich.text import Text
 import permclient
 
 from .app import DEFAULT_ARM_DELAY_S, ChatApp, ChatOptions
+from .backends import AcpBackend
 from .screen import LiveScreen, PlainScreen, Screen
 from .terminal import InputEvent, forward_signals, raw_keyboard, read_keys, read_lines
 from .text import visible
@@ -47,18 +48,22 @@ class ChatConfig:
     state_dir: Path | None = None
     telemetry: Path | None = None
     runtime_cmd: str | None = None
+    dialect: permclient.DialectName = "bridge"
 
     def runtime_argv(self) -> list[str]:
-        """The runtime's command line.
+        """The runtime's (or agent's) command line.
 
         The reference runtime by default (``python -m simhost runtime --stdio``
-        with ``--workspace``, and ``--policy`` / ``--state-dir`` when given);
-        ``runtime_cmd`` split like a shell would, used as it is, otherwise.
+        with ``--workspace``, ``--dialect acp`` when asked, and ``--policy`` /
+        ``--state-dir`` when given); ``runtime_cmd`` split like a shell would,
+        used as it is, otherwise.
         """
         if self.runtime_cmd:
             return shlex.split(self.runtime_cmd)
         argv = [sys.executable, "-m", "simhost", "runtime", "--stdio"]
         argv += ["--workspace", str(self.workspace)]
+        if self.dialect != "bridge":
+            argv += ["--dialect", self.dialect]
         if self.policy:
             argv += ["--policy", self.policy]
         if self.state_dir is not None:
@@ -158,11 +163,14 @@ async def run_chat(
             spawned = False
             try:
                 async with permclient.open_process(
-                    argv, dialect="bridge", stderr=log.file, telemetry=telemetry, cwd=cwd
+                    argv, dialect=config.dialect, stderr=log.file, telemetry=telemetry, cwd=cwd
                 ) as client:
                     spawned = True
                     screen: Screen = LiveScreen(console) if keyboard else PlainScreen(console)
-                    app = ChatApp(client, screen, options, log_tail=log.tail)
+                    backend = (
+                        AcpBackend(client, config.workspace) if config.dialect == "acp" else None
+                    )
+                    app = ChatApp(client, screen, options, log_tail=log.tail, backend=backend)
                     terminal = raw_keyboard(stdin_fd) if keyboard else nullcontext()
                     with terminal, _permclient_logs_to(screen):
                         screen.start()
@@ -177,10 +185,9 @@ async def run_chat(
             except OSError as exc:
                 if spawned:
                     raise
-                err_console.print(
-                    Text(f"simhost chat: could not start the runtime {argv[0]!r}: {exc}")
-                )
+                err_console.print(Text(f"simhost chat: could not start {argv[0]!r}: {exc}"))
                 code = 1
             nursery.cancel_scope.cancel()
-    console.print(Text("bye: the runtime is stopped", style="dim"))
+    peer = "agent" if config.dialect == "acp" else "runtime"
+    console.print(Text(f"bye: the {peer} is stopped", style="dim"))
     return code

@@ -236,11 +236,11 @@ def help_table() -> Table:
     return table
 
 
-def banner(init: InitializeResult, *, pid: int | None) -> Text:
-    """Which runtime we talk to, its workspace and policy."""
+def banner(init: InitializeResult, *, pid: int | None, role: str = "runtime") -> Text:
+    """Which runtime (or ``agent``: ``role``) we talk to, its workspace and policy."""
     info = init.runtime_info
     text = Text("simhost chat", style="bold")
-    text.append(" · runtime ")
+    text.append(f" · {role} ")
     text.append(visible(f"{info.name} {info.version}".strip() if info else "?"), style="bold")
     if pid is not None:
         text.append(f" (pid {pid})", style="dim")

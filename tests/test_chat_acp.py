@@ -1,0 +1,104 @@
+"""``simhost chat --agent``: the chat driving agents built on the official ACP SDKs, in a pty."""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .test_chat_pty import CURSOR, STYLE, Chat
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="needs a POSIX pseudo-terminal")
+
+PYTHON_AGENT = Path(__file__).parent / "interop" / "acp_python_agent.py"
+ARMED = "Press 1-3 to choose"
+
+
+def python_agent() -> str:
+    return f"{sys.executable} {PYTHON_AGENT}"
+
+
+class AgentChat(Chat):
+    """The pty chat; an ACP session has no title, so the prompt is its bare id."""
+
+    def expect_prompt(self, typed: str = "") -> None:
+        self.child.expect(r"[\w-]+" + STYLE + " > " + STYLE + re.escape(typed) + STYLE + CURSOR)
+
+
+@pytest.fixture
+def chat_in(tmp_path: Path) -> Iterator[Any]:
+    chats: list[AgentChat] = []
+
+    def start(*extra: str) -> AgentChat:
+        chat = AgentChat(tmp_path, *extra)
+        chats.append(chat)
+        return chat
+
+    yield start
+    for chat in chats:
+        chat.close()
+
+
+def test_the_chat_drives_a_python_sdk_agent_and_ctrl_c_cancels_its_turn(chat_in: Any) -> None:
+    chat: Chat = chat_in("--agent", python_agent())
+    # (The banner with the agent's name from `initialize` was printed before the
+    # prompt: Chat waited for it.)
+    transcript = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", chat.transcript.read_text())
+    assert "agent permclient-interop-agent 0.0.0" in transcript
+
+    chat.say("approve me")
+    chat.expect("Permission request")
+    chat.expect("echo call-1")
+    chat.expect(ARMED)
+    chat.child.send("1")
+    chat.expect("call-1: selected allow")
+    chat.expect("turn ended: " + STYLE + "end_turn")
+    chat.expect_prompt()
+
+    chat.say("wait")
+    chat.expect("echo call-wait")
+    chat.expect(ARMED)
+    chat.child.sendcontrol("c")
+    chat.expect("answered cancelled: you cancelled the turn")
+    chat.expect("turn cancelled")
+    chat.expect_prompt()
+    assert [e["by"] for e in chat.events("approval.cancelled")] == ["turn"]
+
+    # The agent took the session/cancel and is ready for the next turn.
+    chat.say("approve me")
+    chat.expect(ARMED)
+    chat.child.send("3")
+    chat.expect("call-1: selected deny")
+    chat.expect("turn ended")
+    chat.expect_prompt()
+    assert [e["option_id"] for e in chat.events("approval.responded")] == ["allow", "deny"]
+    chat.quit()
+
+
+def test_two_concurrent_questions_are_answered_each_for_its_own_call(chat_in: Any) -> None:
+    chat: Chat = chat_in("--agent", python_agent())
+    chat.say("two")
+    chat.expect(ARMED)
+    chat.child.send("1")
+    chat.expect(ARMED)
+    chat.child.send("3")
+    chat.expect("call-2a: selected allow")
+    chat.expect("call-2b: selected deny")
+    chat.expect("turn ended")
+    chat.expect_prompt()
+    chat.quit()
+
+
+def test_acp_has_no_presets_and_the_chat_says_so(chat_in: Any) -> None:
+    chat: Chat = chat_in("--agent", python_agent())
+    chat.say("/policy")
+    chat.expect("ACP has no permission presets")
+    chat.expect_prompt()
+    chat.say("/sessions")
+    chat.expect("py-session-1")
+    chat.expect_prompt()
+    chat.quit()
