@@ -148,6 +148,7 @@ async def run_chat(
     )
     argv = config.runtime_argv()
     cwd = config.workspace if config.runtime_cmd else None
+    peer = "agent" if config.dialect == "acp" else "runtime"
     send, receive = trio.open_memory_channel[InputEvent](1024)
     code = 1
     with ExitStack() as stack:
@@ -185,9 +186,10 @@ async def run_chat(
             except OSError as exc:
                 if spawned:
                     raise
-                err_console.print(Text(f"simhost chat: could not start {argv[0]!r}: {exc}"))
+                err_console.print(
+                    Text(f"simhost chat: could not start the {peer} {argv[0]!r}: {exc}")
+                )
                 code = 1
             nursery.cancel_scope.cancel()
-    peer = "agent" if config.dialect == "acp" else "runtime"
     console.print(Text(f"bye: the {peer} is stopped", style="dim"))
     return code
