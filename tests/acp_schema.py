@@ -1,0 +1,91 @@
+"""Validate whole JSON-RPC messages a client sends against ACP's JSON Schema (v1).
+
+Built on the helpers of ``tests/test_wire.py`` (the schema in
+``fixtures/acp-schema/schema.json``). Each message is checked twice: as a whole,
+against the schema's client-side envelope (``ClientRequest``, ``ClientResponse``,
+``ClientNotification``), and its ``params`` / ``result`` against the specific type
+of its method, looked up by the ``x-method`` annotations of the schema: a
+``session/prompt`` request's params must be a ``PromptRequest``, the answer to a
+``session/request_permission`` a ``RequestPermissionResponse``, and so on.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from functools import cache
+from typing import Any
+
+from .test_wire import SCHEMA_PATH, assert_valid
+
+
+@cache
+def defs_by_method() -> dict[tuple[str, str], str]:
+    """(x-method, "Request" | "Response" | "Notification") -> the ``$defs`` name."""
+    defs: dict[str, Any] = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))["$defs"]
+    table: dict[tuple[str, str], str] = {}
+    for name, schema in defs.items():
+        method = schema.get("x-method")
+        if method is None:
+            continue
+        for kind in ("Request", "Response", "Notification"):
+            if name.endswith(kind):
+                assert (method, kind) not in table, (method, kind)
+                table[(method, kind)] = name
+    return table
+
+
+def _def_for(method: str, kind: str) -> str:
+    name = defs_by_method().get((method, kind))
+    assert name is not None, f"the ACP schema has no {kind} type for {method!r}"
+    return name
+
+
+def validate_client_message(
+    message: dict[str, Any], inbound_request_methods: dict[Any, str]
+) -> str:
+    """Validate one message a client sent; return the ``$defs`` name its payload matched.
+
+    ``inbound_request_methods`` maps the ids of the requests the client received to
+    their methods, so a response is checked as the answer to exactly that method.
+    Error responses are checked as ``Error`` and reported as ``"Error"``.
+    """
+    assert message.get("jsonrpc") == "2.0", message
+    if "method" in message:
+        method = message["method"]
+        if "id" in message:
+            assert_valid("ClientRequest", message)
+            name = _def_for(method, "Request")
+        else:
+            assert_valid("ClientNotification", message)
+            name = _def_for(method, "Notification")
+        assert_valid(name, message["params"])
+        return name
+    assert_valid("ClientResponse", message)
+    if "error" in message:
+        assert "result" not in message, message
+        assert_valid("Error", message["error"])
+        return "Error"
+    assert message["id"] in inbound_request_methods, f"answer to an unknown id: {message}"
+    name = _def_for(inbound_request_methods[message["id"]], "Response")
+    assert_valid(name, message["result"])
+    return name
+
+
+def validate_client_stream(
+    sent: Iterable[dict[str, Any]], received: Iterable[dict[str, Any]]
+) -> list[tuple[str, str]]:
+    """Validate every message of ``sent`` (a client's output, in order).
+
+    ``received`` is everything the client read (to know what each response answers).
+    Returns ``(method or "response", $defs name)`` per sent message.
+    """
+    methods = {m["id"]: m["method"] for m in received if "method" in m and "id" in m}
+    checked: list[tuple[str, str]] = []
+    for message in sent:
+        try:
+            name = validate_client_message(message, methods)
+        except Exception as exc:
+            raise AssertionError(f"invalid ACP message {message!r}: {exc}") from exc
+        checked.append((message.get("method", "response"), name))
+    return checked
