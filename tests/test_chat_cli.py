@@ -35,6 +35,26 @@ def test_default_runtime_command_passes_the_options_through(tmp_path: Path) -> N
     ]  # fmt: skip
     custom = ChatConfig(tmp_path, policy="strict", runtime_cmd="node 'my runtime.js' --stdio")
     assert custom.runtime_argv() == ["node", "my runtime.js", "--stdio"]
+    acp = ChatConfig(tmp_path, dialect="acp")
+    assert acp.runtime_argv()[-2:] == ["--dialect", "acp"]
+
+
+def test_agent_and_dialect_choices_that_make_no_sense_are_usage_errors(tmp_path: Path) -> None:
+    for args, why in [
+        (["--agent", "a", "--runtime-cmd", "b"], "not both"),
+        (["--dialect", "smoke-signals"], "unknown dialect"),
+        (["--runtime-cmd", "b", "--dialect", "acp"], "use --agent for ACP"),
+        (["--agent", "   "], "command is empty"),
+    ]:
+        result = run_chat(tmp_path, *args)
+        assert result.returncode == 2, args
+        assert why in result.stderr, (args, result.stderr)
+
+
+def test_an_agent_that_cannot_start_is_a_clear_error(tmp_path: Path) -> None:
+    result = run_chat(tmp_path, "--agent", "/nonexistent/agent --acp")
+    assert result.returncode == 1
+    assert "could not start the agent '/nonexistent/agent'" in result.stderr
 
 
 def test_help_lists_the_options() -> None:
@@ -44,7 +64,15 @@ def test_help_lists_the_options() -> None:
     app.command()(chat_command)
     result = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "200", "NO_COLOR": "1"})
     assert result.exit_code == 0
-    for option in ("--workspace", "--policy", "--state-dir", "--telemetry", "--runtime-cmd"):
+    for option in (
+        "--workspace",
+        "--policy",
+        "--state-dir",
+        "--telemetry",
+        "--agent",
+        "--dialect",
+        "--runtime-cmd",
+    ):
         assert option in result.output
 
 
