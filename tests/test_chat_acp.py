@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import re
+import shlex
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from .interop import NODE_DIR, require_node_packages
 from .test_chat_pty import CURSOR, STYLE, Chat
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="needs a POSIX pseudo-terminal")
@@ -102,3 +105,62 @@ def test_acp_has_no_presets_and_the_chat_says_so(chat_in: Any) -> None:
     chat.expect("py-session-1")
     chat.expect_prompt()
     chat.quit()
+
+
+def test_the_chat_answers_a_typescript_sdk_agent_for_the_right_call_and_session(
+    chat_in: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    node = require_node_packages("@agentclientprotocol/sdk", "zod")
+    log = tmp_path / "ts-agent.jsonl"
+    monkeypatch.setenv("PERMCLIENT_AGENT_LOG", str(log))
+    chat: AgentChat = chat_in("--agent", shlex.join([node, str(NODE_DIR / "ts_agent.mjs")]))
+    transcript = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", chat.transcript.read_text())
+    assert "agent permclient-ts-interop-agent 0.0.0" in transcript
+
+    chat.say("write yes.txt hello")
+    chat.expect("Permission request")
+    chat.expect(ARMED)
+    chat.child.send("1")
+    chat.expect("turn ended: " + STYLE + "end_turn")
+    chat.expect_prompt()
+    chat.say("write no.txt nope")
+    chat.expect(ARMED)
+    chat.child.send("3")
+    chat.expect("turn ended: " + STYLE + "end_turn")
+    chat.expect_prompt()
+
+    # A second session, with a turn in the background: its card is answered for it.
+    chat.say("/new")
+    chat.expect("new session")
+    chat.expect_prompt()
+    chat.say("/bg write bg.txt from the background")
+    chat.expect(ARMED)
+    chat.child.send("1")
+    chat.expect("turn ended")
+    chat.expect_prompt()
+
+    chat.say("write cancelled.txt never")
+    chat.expect(ARMED)
+    chat.child.sendcontrol("c")
+    chat.expect("turn cancelled")
+    chat.expect_prompt()
+    chat.quit()
+
+    ws = chat.workspace
+    assert (ws / "yes.txt").read_text() == "hello"
+    assert (ws / "bg.txt").read_text() == "from the background"
+    assert not (ws / "no.txt").exists()
+    assert not (ws / "cancelled.txt").exists()
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    answers = {e["toolCallId"]: e for e in events if e["event"] == "answer"}
+    outcome = {call: e.get("value", {}).get("outcome") for call, e in answers.items()}
+    assert outcome["write:yes.txt"] == {"outcome": "selected", "optionId": "allow"}
+    assert outcome["write:no.txt"] == {"outcome": "selected", "optionId": "deny"}
+    assert outcome["write:bg.txt"] == {"outcome": "selected", "optionId": "allow"}
+    assert outcome["write:cancelled.txt"] == {"outcome": "cancelled"}
+    assert answers["write:yes.txt"]["sessionId"] == answers["write:no.txt"]["sessionId"]
+    second = answers["write:bg.txt"]["sessionId"]
+    assert second != answers["write:yes.txt"]["sessionId"]
+    # Ctrl-C went out as session/cancel for the session the turn ran in.
+    cancels = [e["sessionId"] for e in events if e["event"] == "session_cancel"]
+    assert cancels == [answers["write:cancelled.txt"]["sessionId"]] == [second]
