@@ -48,8 +48,16 @@ def validate_client_message(
 
     ``inbound_request_methods`` maps the ids of the requests the client received to
     their methods, so a response is checked as the answer to exactly that method.
-    Error responses are checked as ``Error`` and reported as ``"Error"``.
+    Error responses are checked as ``Error`` and reported as ``"Error"``. Raises
+    ``AssertionError`` (naming the message) for anything invalid.
     """
+    try:
+        return _validate(message, inbound_request_methods)
+    except Exception as exc:
+        raise AssertionError(f"invalid ACP message {message!r}: {exc}") from exc
+
+
+def _validate(message: dict[str, Any], inbound_request_methods: dict[Any, str]) -> str:
     assert message.get("jsonrpc") == "2.0", message
     if "method" in message:
         method = message["method"]
@@ -83,9 +91,6 @@ def validate_client_stream(
     methods = {m["id"]: m["method"] for m in received if "method" in m and "id" in m}
     checked: list[tuple[str, str]] = []
     for message in sent:
-        try:
-            name = validate_client_message(message, methods)
-        except Exception as exc:
-            raise AssertionError(f"invalid ACP message {message!r}: {exc}") from exc
+        name = validate_client_message(message, methods)
         checked.append((message.get("method", "response"), name))
     return checked

@@ -1,13 +1,18 @@
 """Interop: permclient's ACP dialect against an agent built on the official ACP Python SDK.
 
-The agent is ``tests/interop/acp_python_agent.py`` (agent-client-protocol 0.12.1,
-newline-delimited JSON-RPC over stdio). Each test does the real ACP handshake
-(``initialize``, ``session/new``), registers a permission handler for exactly the
-session the agent returned, prompts, and checks what the agent says it got.
+Two agents (agent-client-protocol 0.12.1, newline-delimited JSON-RPC over stdio):
+``tests/interop/acp_python_agent.py`` (one or two approvals, reports what it got as
+message text) and ``tests/interop/acp_python_write_agent.py`` (the file-writing twin of
+the TypeScript SDK agent, driven by the scenarios of ``tests/interop/acp_scenarios.py``;
+see the section at the end). Each test does the real ACP handshake (``initialize``,
+``session/new``), registers a permission handler for exactly the session the agent
+returned, prompts, and checks what the agent says it got.
 """
 
 from __future__ import annotations
 
+import json
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -19,7 +24,20 @@ import trio
 import permclient
 from permclient import Cancelled, InboundNotification, PermissionRequest, Selected
 
+from .acp_schema import validate_client_stream
 from .interop import INTEROP_DIR, TEST_BOUND_S, require_python_module
+from .interop.acp_scenarios import (
+    CANCEL_PROMPT,
+    CANCELLED,
+    MIB,
+    WireRecorder,
+    open_agent_process,
+    run_big_diff,
+    run_mixed_turn,
+    run_session_cancel,
+    run_two_sessions,
+    selected,
+)
 
 AGENT = INTEROP_DIR / "acp_python_agent.py"
 
@@ -253,3 +271,223 @@ async def test_updates_sent_before_the_callback_is_registered_are_replayed(
     ]
     assert session.agent_text() == ["call-1: selected deny"]
     assert late == []
+
+
+# --------------------------------------------------------------------------------------
+# The file-writing agent (tests/interop/acp_python_write_agent.py): the scenarios of
+# tests/interop/acp_scenarios.py, shared with the TypeScript SDK agent.
+#
+# The official Python SDK 0.12.1 does not implement `$/cancel_request` in either
+# direction. An agent built on it can only "withdraw" a permission request by cancelling
+# the asyncio task that awaits `request_permission`: the SDK then forgets the id and
+# sends NOTHING, so the client is never told. These tests assert exactly that: the
+# client's handler stays pending after the turn ended, is cancelled when its
+# `permission_handler` block exits (telemetry `by: "turn"`, not `"peer"`), and the
+# `cancelled` answer it then writes reaches the agent, whose SDK drops it silently.
+
+WRITE_AGENT = INTEROP_DIR / "acp_python_write_agent.py"
+WITHDRAWN = "write:withdrawn.txt"
+
+
+@pytest.fixture
+def write_agent() -> list[str]:
+    python = require_python_module("acp")
+    return [python, str(WRITE_AGENT)]
+
+
+def response(request_id: Any, result: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "result": result}
+
+
+async def test_write_agent_concurrent_permissions_and_a_withdrawal_the_sdk_never_sends(
+    write_agent: list[str], tmp_path: Path
+) -> None:
+    with trio.fail_after(TEST_BOUND_S):
+        run = await run_mixed_turn(open_agent_process, write_agent, tmp_path)
+    assert run.session is not None
+    session_id = run.session.id
+
+    assert run.init["agentInfo"]["name"] == "permclient-py-write-agent"
+    assert run.result == {"stopReason": "end_turn"}
+    names = ["allowed-once.txt", "allowed-always.txt", "denied.txt", "withdrawn.txt"]
+    assert sorted(run.seen) == sorted((session_id, f"write:{n}", f"write {n}") for n in names)
+
+    ids = run.log.permission_request_ids()
+    assert sorted(ids.values()) == [0, 1, 2, 3]  # the Python SDK numbers from 0 too
+
+    # The agent gave up on the withdrawn request, but its SDK sent no cancel: the client
+    # still had it pending when the turn ended...
+    assert run.log.events("withdraw") == [
+        {"event": "withdraw", "sessionId": session_id, "toolCallId": WITHDRAWN}
+    ]
+    assert run.log.cancels_sent() == []
+    assert run.pending_after_prompt == 1
+    # ...until the turn's `permission_handler` block exited: that cancelled the handler.
+    assert run.handler_cancelled == [WITHDRAWN]
+    assert [(c["request_id"], c["by"]) for c in run.telemetry.of("approval.cancelled")] == [
+        (ids[WITHDRAWN], "turn")
+    ]
+
+    # Exactly one answer per request id, as the agent read it off the wire. The
+    # withdrawn one's `cancelled` arrived after the agent had already ended the turn.
+    expected = {
+        "write:allowed-once.txt": selected("allow"),
+        "write:allowed-always.txt": selected("allow-always"),
+        "write:denied.txt": selected("deny"),
+        WITHDRAWN: CANCELLED,
+    }
+    for tool_call_id, outcome in expected.items():
+        request_id = ids[tool_call_id]
+        assert run.log.responses_to(request_id) == [response(request_id, outcome)], tool_call_id
+    turn_ended_at = run.log.position("out", lambda m: "stopReason" in m.get("result", {}))
+    assert turn_ended_at < run.log.answer_at(ids[WITHDRAWN])
+    # What the SDK delivered: the three answers; nothing for the withdrawn request.
+    assert run.log.answers() == {
+        **{tc: {"ok": True, "value": o} for tc, o in expected.items() if tc != WITHDRAWN},
+        WITHDRAWN: {"ok": False, "error": {"message": "withdrawn (task cancelled)"}},
+    }
+
+    assert run.files == {"allowed-once.txt": "first file", "allowed-always.txt": "second file"}
+    assert run.session.tool_statuses() == {
+        "write:allowed-once.txt": ["pending", "in_progress", "completed"],
+        "write:allowed-always.txt": ["pending", "in_progress", "completed"],
+        "write:denied.txt": ["pending", "failed"],
+        WITHDRAWN: ["pending", "failed"],
+    }
+    assert run.tool_states == {
+        "write:allowed-once.txt": ("completed", False),
+        "write:allowed-always.txt": ("completed", False),
+        "write:denied.txt": ("failed", False),
+        WITHDRAWN: ("failed", False),
+    }
+
+
+async def test_write_agent_two_concurrent_sessions_each_handler_sees_only_its_own(
+    write_agent: list[str], tmp_path: Path
+) -> None:
+    with trio.fail_after(TEST_BOUND_S):
+        run = await run_two_sessions(open_agent_process, write_agent, tmp_path)
+    a, b = run.sessions["A"], run.sessions["B"]
+    assert a.id != b.id
+
+    assert run.results == {"A": {"stopReason": "end_turn"}, "B": {"stopReason": "end_turn"}}
+    assert sorted(run.seen["A"]) == [(a.id, "write a-1.txt"), (a.id, "write a-2.txt")]
+    assert sorted(run.seen["B"]) == [(b.id, "write b-allowed.txt"), (b.id, "write b-denied.txt")]
+
+    ids = run.log.permission_request_ids()
+    sessions_of = {
+        m["id"]: m["params"]["sessionId"]
+        for m in run.log.wire("out")
+        if m.get("method") == "session/request_permission"
+    }
+    expected = {
+        "write:a-1.txt": (a.id, selected("allow")),
+        "write:a-2.txt": (a.id, selected("allow")),
+        "write:b-denied.txt": (b.id, selected("deny")),
+        "write:b-allowed.txt": (b.id, selected("allow")),
+    }
+    assert set(ids) == set(expected)
+    for tool_call_id, (session_id, outcome) in expected.items():
+        request_id = ids[tool_call_id]
+        assert sessions_of[request_id] == session_id
+        assert run.log.responses_to(request_id) == [response(request_id, outcome)]
+
+    # Both turns were in flight together: all four requests went out before any answer.
+    last_request = max(run.log.request_at(i) for i in ids.values())
+    first_answer = min(run.log.answer_at(i) for i in ids.values())
+    assert last_request < first_answer
+
+    assert a.foreign == [] and b.foreign == []
+    assert set(a.tool_statuses()) == {"write:a-1.txt", "write:a-2.txt"}
+    assert b.tool_statuses() == {
+        "write:b-denied.txt": ["pending", "failed"],
+        "write:b-allowed.txt": ["pending", "in_progress", "completed"],
+    }
+    assert run.files == {
+        "A": {"a-1.txt": "from A", "a-2.txt": "from A"},
+        "B": {"b-allowed.txt": "from B"},
+    }
+
+
+async def test_write_agent_session_cancel_answers_every_pending_permission_at_once(
+    write_agent: list[str], tmp_path: Path
+) -> None:
+    with trio.fail_after(TEST_BOUND_S):
+        run = await run_session_cancel(open_agent_process, write_agent, tmp_path)
+    assert run.session is not None
+    tool_call_ids = sorted(f"write:{block.split()[1]}" for block in CANCEL_PROMPT)
+
+    assert run.pending_before_cancel == 3
+    assert run.pending_after_cancel == 0
+    assert sorted(run.seen) == tool_call_ids
+    assert sorted(run.handler_cancelled) == tool_call_ids
+    if isinstance(run.outcome, permclient.RequestError):
+        assert run.outcome.code == -32800
+    else:
+        assert run.outcome == {"stopReason": "cancelled"}
+
+    assert run.log.events("session_cancel") == [
+        {"event": "session_cancel", "sessionId": run.session.id}
+    ]
+    assert run.log.cancels_sent() == []
+    ids = run.log.permission_request_ids()
+    assert sorted(ids) == tool_call_ids
+    cancel_at = run.log.position("in", lambda m: m.get("method") == "session/cancel")
+    for request_id in ids.values():
+        assert run.log.responses_to(request_id) == [response(request_id, CANCELLED)]
+        assert cancel_at < run.log.answer_at(request_id)
+
+    assert run.files == {}
+    assert run.session.tool_statuses() == {tc: ["pending", "failed"] for tc in tool_call_ids}
+    assert sorted(c["by"] for c in run.telemetry.of("approval.cancelled")) == ["turn"] * 3
+
+
+async def test_write_agent_5_mib_diff_reaches_the_handler_intact_and_is_answered(
+    write_agent: list[str], tmp_path: Path
+) -> None:
+    with trio.fail_after(TEST_BOUND_S):
+        run = await run_big_diff(open_agent_process, write_agent, tmp_path)
+
+    (generated,) = run.log.events("generated")
+    sent = (generated["bytes"], generated["sha256"])
+    assert sent[0] == 5 * MIB
+    assert run.received == [sent]
+    assert run.update_digest == sent
+    assert run.file_digest == sent
+    (request,) = [m for m in run.log.wire("out") if m.get("method") == "session/request_permission"]
+    assert len(json.dumps(request, ensure_ascii=False).encode()) > 5 * MIB
+    assert run.log.responses_to(request["id"]) == [response(request["id"], selected("allow"))]
+    assert run.result == {"stopReason": "end_turn"}
+
+
+async def test_write_agent_every_message_permclient_sends_validates_against_the_acp_schema(
+    write_agent: list[str], tmp_path: Path
+) -> None:
+    recorder = WireRecorder()
+    logs = []
+    for scenario in (run_mixed_turn, run_two_sessions, run_session_cancel, run_big_diff):
+        with trio.fail_after(TEST_BOUND_S):
+            run = await scenario(recorder, write_agent, tmp_path / scenario.__name__)
+        logs.append(run.log)
+
+    checked: Counter[tuple[str, str]] = Counter()
+    outcomes: Counter[str] = Counter()
+    for recorded, log in zip(recorder.runs, logs, strict=True):
+        sent = recorded.sent
+        assert sent == log.wire("in")  # the recording is exactly what the SDK read
+        checked.update(validate_client_stream(sent, recorded.received))
+        outcomes.update(
+            m["result"]["outcome"]["outcome"]
+            for m in sent
+            if "result" in m and "outcome" in m["result"]
+        )
+
+    assert set(checked) == {
+        ("initialize", "InitializeRequest"),
+        ("session/new", "NewSessionRequest"),
+        ("session/prompt", "PromptRequest"),
+        ("session/cancel", "CancelNotification"),
+        ("response", "RequestPermissionResponse"),
+    }
+    assert checked[("response", "RequestPermissionResponse")] == 12
+    assert outcomes == {"selected": 8, "cancelled": 4}

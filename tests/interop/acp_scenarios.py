@@ -185,6 +185,14 @@ class AgentLog:
         ]
         return index
 
+    def request_at(self, request_id: Any) -> int:
+        """Log index of the agent's own request ``request_id``."""
+        return self.position("out", lambda m: "method" in m and m.get("id") == request_id)
+
+    def answer_at(self, request_id: Any) -> int:
+        """Log index of the (only) response the agent read for its request ``request_id``."""
+        return self.position("in", lambda m: "method" not in m and m.get("id") == request_id)
+
     def permission_request_ids(self) -> dict[str, Any]:
         """toolCallId -> the JSON-RPC id of the agent's permission request for it."""
         ids: dict[str, Any] = {}
@@ -503,7 +511,9 @@ async def run_big_diff(
     run = BigTurn(init={}, telemetry=telemetry, size=size)
 
     async def handler(req: PermissionRequest) -> Selected | Cancelled:
-        (diff,) = req.tool_call.content or ()
+        content = req.tool_call.content
+        assert content is not None and len(content) == 1
+        diff = content[0]
         assert isinstance(diff, Diff)
         run.received.append(digest(diff.new_text))
         return Selected("allow")
