@@ -34,7 +34,7 @@ from simhost.runtime.policy import load_policy
 from simhost.runtime.server import RuntimeConfig, serve
 
 from .peer import FakePeer
-from .test_wire import SCHEMA_PATH, assert_valid
+from .test_wire import SCHEMA_PATH
 
 RUNTIME = [sys.executable, "-m", "simhost", "runtime", "--stdio", "--dialect", "acp"]
 BOUND_S = 20
@@ -89,15 +89,29 @@ NOTIFICATION_DEFS = {
 
 
 @cache
-def _envelope(index: int) -> jsonschema.protocols.Validator:
-    """The schema's top-level message branch ``index`` (0: agent, 2: protocol level)."""
-    schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
-    branch = {**schema["anyOf"][index], "$defs": schema["$defs"]}
-    cls = jsonschema.validators.validator_for(
-        {"$schema": "https://json-schema.org/draft/2020-12/schema"}
+def _schema() -> dict[str, Any]:
+    schema: dict[str, Any] = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    return schema
+
+
+@cache
+def _validator(part: str | int) -> jsonschema.protocols.Validator:
+    """A validator for ``$defs/<part>``, or for the schema's top-level message branch ``part``.
+
+    (Branch 0: agent messages, 2: protocol-level ones.) The schema itself is checked
+    once by tests/test_wire.py.
+    """
+    schema = _schema()
+    target = {"$ref": f"#/$defs/{part}"} if isinstance(part, str) else schema["anyOf"][part]
+    validator: jsonschema.protocols.Validator = jsonschema.Draft202012Validator(
+        {**target, "$defs": schema["$defs"]}
     )
-    validator: jsonschema.protocols.Validator = cls(branch)
     return validator
+
+
+def assert_valid(def_name: str, instance: Any) -> None:
+    """Validate ``instance`` against ``$defs/<def_name>`` of ACP's schema."""
+    _validator(def_name).validate(instance)
 
 
 def parse_lines(data: bytes) -> list[dict[str, Any]]:
@@ -124,9 +138,9 @@ def check_runtime_messages(
         assert message["jsonrpc"] == "2.0"
         method = message.get("method")
         if method == "$/cancel_request":
-            _envelope(2).validate(message)
+            _validator(2).validate(message)
         else:
-            _envelope(0).validate(message)
+            _validator(0).validate(message)
         if method is not None and "id" in message:
             assert_valid(REQUEST_DEFS[method], message["params"])
         elif method is not None:
