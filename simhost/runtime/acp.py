@@ -48,26 +48,21 @@ from simhost.runtime.acp_wire import (
     PromptCapabilities,
     PromptParams,
     PromptResult,
+    ReplayedUpdate,
+    ReplayUpdate,
     SessionCapabilities,
     SessionInfo,
     SessionMode,
     SessionModeState,
     SetModeParams,
     SetModeResult,
+    ToolCallReplay,
+    UserMessageChunk,
 )
 from simhost.runtime.core import Runtime
 from simhost.runtime.policy import PRESETS
 from simhost.runtime.sessions import StoredSession
-from simhost.runtime.wire import (
-    AgentMessageChunk,
-    HistoryEntry,
-    SessionUpdate,
-    SessionUpdateKind,
-    TextBlock,
-    ToolCallReplay,
-    UserMessageChunk,
-    parse_params,
-)
+from simhost.runtime.wire import AgentMessageChunk, HistoryEntry, TextBlock, parse_params
 
 __all__ = ["RESOURCE_NOT_FOUND", "AcpMethods", "prompt_text"]
 
@@ -246,7 +241,7 @@ class AcpMethods:
         for entry in list(session.history):
             update = _replayed(entry)
             if update is not None:
-                await client.notify("session/update", SessionUpdate(session.session_id, update))
+                await client.notify("session/update", ReplayUpdate(session.session_id, update))
         return LoadSessionResult(self._modes(session))
 
     async def session_list(self, params: Any) -> ListSessionsResult:
@@ -299,7 +294,7 @@ class AcpMethods:
             scope.cancel()
 
 
-def _replayed(entry: HistoryEntry) -> SessionUpdateKind | None:
+def _replayed(entry: HistoryEntry) -> ReplayedUpdate | None:
     """The ``session/update`` that replays one history entry."""
     if entry.role == "user":
         return UserMessageChunk(TextBlock(entry.text))

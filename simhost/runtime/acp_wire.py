@@ -12,12 +12,12 @@ Params are read leniently, as ACP asks: unknown fields (``_meta``,
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, Final, TypeAlias
 
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from simhost.runtime.wire import StopReason
+from simhost.runtime.wire import AgentMessageChunk, StopReason, TextBlock, ToolStatus
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -37,12 +37,16 @@ __all__ = [
     "PromptCapabilities",
     "PromptParams",
     "PromptResult",
+    "ReplayUpdate",
+    "ReplayedUpdate",
     "SessionCapabilities",
     "SessionInfo",
     "SessionMode",
     "SessionModeState",
     "SetModeParams",
     "SetModeResult",
+    "ToolCallReplay",
+    "UserMessageChunk",
 ]
 
 PROTOCOL_VERSION: Final = 1
@@ -154,6 +158,33 @@ class LoadSessionParams(msgspec.Struct, rename="camel"):
     cwd: str
     mcp_servers: list[Any]
     additional_directories: list[str] = msgspec.field(default_factory=list)
+
+
+class UserMessageChunk(msgspec.Struct, tag_field="sessionUpdate", tag="user_message_chunk"):
+    """``session/update`` of the user's text, as ``session/load`` replays it."""
+
+    content: TextBlock
+
+
+class ToolCallReplay(msgspec.Struct, tag_field="sessionUpdate", tag="tool_call", rename="camel"):
+    """``session/update`` of a past tool call, as ``session/load`` replays it.
+
+    ``title`` is the history entry's text (the call's title and how it ended).
+    """
+
+    tool_call_id: str
+    title: str
+    status: ToolStatus
+
+
+ReplayedUpdate: TypeAlias = UserMessageChunk | AgentMessageChunk | ToolCallReplay
+
+
+class ReplayUpdate(msgspec.Struct, rename="camel"):
+    """Params of a ``session/update`` notification that replays one history entry."""
+
+    session_id: str
+    update: ReplayedUpdate
 
 
 class LoadSessionResult(msgspec.Struct, rename="camel"):

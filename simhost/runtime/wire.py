@@ -1,4 +1,4 @@
-"""The bridge dialect's wire shapes, and the ACP-shaped updates both dialects send.
+"""The bridge dialect's wire shapes, as the runtime sends and receives them.
 
 One :class:`msgspec.Struct` per shape of docs/bridge-protocol.md. The
 ``session/update`` and ``session/request_permission`` shapes are ACP's, and the
@@ -54,12 +54,10 @@ __all__ = [
     "TextContentBlock",
     "ToolCallContentOut",
     "ToolCallOut",
-    "ToolCallReplay",
     "ToolCallStart",
     "ToolCallUpdateOut",
     "ToolKind",
     "ToolStatus",
-    "UserMessageChunk",
     "parse_params",
 ]
 
@@ -301,12 +299,6 @@ class AgentMessageChunk(msgspec.Struct, tag_field="sessionUpdate", tag="agent_me
     content: TextBlock
 
 
-class UserMessageChunk(msgspec.Struct, tag_field="sessionUpdate", tag="user_message_chunk"):
-    """``session/update`` of the user's text (ACP ``session/load`` replays the history)."""
-
-    content: TextBlock
-
-
 class ToolCallStart(
     msgspec.Struct,
     tag_field="sessionUpdate",
@@ -342,20 +334,7 @@ class ToolCallUpdateOut(
     meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
 
 
-class ToolCallReplay(msgspec.Struct, tag_field="sessionUpdate", tag="tool_call", rename="camel"):
-    """``session/update`` of a past tool call, as ACP ``session/load`` replays the history.
-
-    ``title`` is the history entry's text (the title and how the call ended).
-    """
-
-    tool_call_id: str
-    title: str
-    status: ToolStatus
-
-
-SessionUpdateKind: TypeAlias = (
-    AgentMessageChunk | UserMessageChunk | ToolCallStart | ToolCallUpdateOut | ToolCallReplay
-)
+SessionUpdateKind: TypeAlias = AgentMessageChunk | ToolCallStart | ToolCallUpdateOut
 
 
 class SessionUpdate(msgspec.Struct, rename="camel"):
