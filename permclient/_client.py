@@ -486,8 +486,8 @@ class Client:
         """Call ``callback(notification)`` for every notification of one session.
 
         Notifications that arrived for ``session_id`` while it had no session
-        callback (e.g. updates sent before the ``session/new`` response) are held
-        (up to 4096 across sessions) and delivered first, in order, so nothing
+        callback and no callback for their method took them (e.g. updates sent
+        before the ``session/new`` response) are held (up to 4096 across sessions) and delivered first, in order, so nothing
         sent for a new session is lost. Returns a :class:`Registration`.
         """
         held = [n for n, _ in self._backlog if n.session_id == session_id]
@@ -674,7 +674,9 @@ class Client:
         if session_callbacks:
             for callback in list(session_callbacks):
                 self._call(callback, notification)
-        else:
+        elif not callbacks:
+            # Nobody took it (no callback for the method or the session): keep it for
+            # the session's callback to come, as updates may precede session/new's answer.
             self._hold(notification, len(message.params))
 
     def _hold(self, notification: InboundNotification, size: int) -> None:

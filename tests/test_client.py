@@ -698,6 +698,19 @@ async def test_notifications_sent_before_session_new_returns_are_not_lost() -> N
         assert {n.session_id for n in seen} == {"s-new"}
 
 
+async def test_a_notification_a_method_callback_took_is_not_held_for_the_session() -> None:
+    async with connected("acp") as (client, peer):
+        seen: list[str | None] = []
+        with client.on_notification("session/cancel", lambda n: seen.append(n.session_id)):
+            await peer.notify("session/cancel", {"sessionId": "s-1"})
+            await assert_nothing_more(peer)
+        assert seen == ["s-1"]
+        later: list[str] = []
+        with client.on_session_notification("s-1", lambda n: later.append(n.method)):
+            pass
+        assert later == []  # it was taken, not held for the session's callback
+
+
 async def test_notification_callbacks_run_in_order_and_a_failing_one_is_contained() -> None:
     async with connected() as (client, peer):
         seen: list[int] = []
