@@ -487,8 +487,9 @@ class Client:
 
         Notifications that arrived for ``session_id`` while it had no session
         callback and no callback for their method took them (e.g. updates sent
-        before the ``session/new`` response) are held (up to 4096 across sessions) and delivered first, in order, so nothing
-        sent for a new session is lost. Returns a :class:`Registration`.
+        before the ``session/new`` response) are held (up to 4096 across
+        sessions) and delivered first, in order, so nothing sent for a new
+        session is lost. Returns a :class:`Registration`.
         """
         held = [n for n, _ in self._backlog if n.session_id == session_id]
         if held:
