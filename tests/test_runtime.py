@@ -765,8 +765,7 @@ async def test_presets_read_only_denies_without_asking_and_auto_edit_writes(
 @pytest.mark.parametrize(
     ("args", "complaint"),
     [
-        (["--dialect", "acp"], "acp dialect is not implemented yet"),
-        (["--dialect", "lsp"], "unknown dialect 'lsp'"),
+        (["--dialect", "lsp"], "unknown dialect 'lsp': expected bridge or acp"),
         (["--no-stdio"], "--stdio is the only transport"),
         (["--workspace", "/nonexistent/folder"], "is not a folder"),
         (["--policy", "lenient"], "unknown policy 'lenient'"),
@@ -784,12 +783,12 @@ def test_bad_options_exit_2_with_a_clear_error_and_nothing_on_stdout(
     assert complaint in " ".join(result.stderr.split())
 
 
-async def test_the_command_line_exits_2_for_the_acp_dialect(tmp_path: Path) -> None:
-    argv = [*RUNTIME, "--state-dir", str(tmp_path), "--dialect", "acp"]
+async def test_the_command_line_exits_2_for_an_unknown_dialect(tmp_path: Path) -> None:
+    argv = [*RUNTIME, "--state-dir", str(tmp_path), "--dialect", "lsp"]
     with trio.fail_after(BOUND_S):
         result = await trio.run_process(
             argv, stdin=b"", capture_stdout=True, capture_stderr=True, check=False
         )
     assert result.returncode == 2
     assert result.stdout == b""
-    assert "acp dialect is not implemented yet" in " ".join(result.stderr.decode().split())
+    assert "unknown dialect 'lsp'" in " ".join(result.stderr.decode().split())
