@@ -6,7 +6,8 @@ against the schema's client-side envelope (``ClientRequest``, ``ClientResponse``
 ``ClientNotification``), and its ``params`` / ``result`` against the specific type
 of its method, looked up by the ``x-method`` annotations of the schema: a
 ``session/prompt`` request's params must be a ``PromptRequest``, the answer to a
-``session/request_permission`` a ``RequestPermissionResponse``, and so on.
+``session/request_permission`` a ``RequestPermissionResponse``, and so on. Extension
+methods (names starting with ``_``) are checked as ``ExtRequest`` / ``ExtNotification``.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ def defs_by_method() -> dict[tuple[str, str], str]:
 
 
 def _def_for(method: str, kind: str) -> str:
+    if method.startswith("_") and kind in {"Request", "Notification"}:
+        return f"Ext{kind}"  # ACP extension methods: any params
     name = defs_by_method().get((method, kind))
     assert name is not None, f"the ACP schema has no {kind} type for {method!r}"
     return name

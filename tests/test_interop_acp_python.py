@@ -32,6 +32,7 @@ from .interop.acp_scenarios import (
     MIB,
     WireRecorder,
     open_agent_process,
+    run_abandoned_requests,
     run_big_diff,
     run_mixed_turn,
     run_session_cancel,
@@ -442,6 +443,46 @@ async def test_write_agent_session_cancel_answers_every_pending_permission_at_on
     assert sorted(c["by"] for c in run.telemetry.of("approval.cancelled")) == ["turn"] * 3
 
 
+async def test_write_agent_a_caller_giving_up_is_told_to_an_sdk_that_ignores_cancel_request(
+    write_agent: list[str], tmp_path: Path
+) -> None:
+    with trio.fail_after(TEST_BOUND_S):
+        run = await run_abandoned_requests(open_agent_process, write_agent, tmp_path)
+    assert run.session is not None
+    tool_call_ids = ["write:d-1.txt", "write:d-2.txt"]
+    first, last = run.log.requests_received("session/prompt")
+    (wait,) = run.log.requests_received("_permclient/wait")
+
+    # 1. Giving up on session/prompt: permissions answered at once, `session/cancel`
+    # sent (which this SDK does implement): the agent ended that turn `cancelled`.
+    assert run.prompt_cancelled_caught
+    assert run.pending_after_cancel == 0
+    assert sorted(run.handler_cancelled) == tool_call_ids
+    ids = run.log.permission_request_ids()
+    for tool_call_id in tool_call_ids:
+        request_id = ids[tool_call_id]
+        assert run.log.responses_to(request_id) == [response(request_id, CANCELLED)]
+    assert run.log.events("session_cancel") == [
+        {"event": "session_cancel", "sessionId": run.session.id}
+    ]
+    assert run.log.responses_sent(first["id"]) == [
+        response(first["id"], {"stopReason": "cancelled"})
+    ]
+
+    # 2. Giving up on another request: permclient sent `$/cancel_request` for its id.
+    # SDK 0.12.1 does not implement it: it logged an error, never told the handler, and
+    # never answered the request (it was still waiting when the connection closed).
+    assert run.wait_cancelled_caught
+    assert run.log.cancels_received() == [{"requestId": wait["id"]}]
+    assert len(run.log.events("wait_started")) == 1
+    assert run.log.responses_sent(wait["id"]) == []
+
+    # 3. The connection went on: the next prompt got its own answer.
+    assert run.next_result == {"stopReason": "end_turn"}
+    assert run.log.responses_sent(last["id"]) == [response(last["id"], {"stopReason": "end_turn"})]
+    assert run.files == {"after.txt": "still works"}
+
+
 async def test_write_agent_5_mib_diff_reaches_the_handler_intact_and_is_answered(
     write_agent: list[str], tmp_path: Path
 ) -> None:
@@ -465,7 +506,13 @@ async def test_write_agent_every_message_permclient_sends_validates_against_the_
 ) -> None:
     recorder = WireRecorder()
     logs = []
-    for scenario in (run_mixed_turn, run_two_sessions, run_session_cancel, run_big_diff):
+    for scenario in (
+        run_mixed_turn,
+        run_two_sessions,
+        run_session_cancel,
+        run_abandoned_requests,
+        run_big_diff,
+    ):
         with trio.fail_after(TEST_BOUND_S):
             run = await scenario(recorder, write_agent, tmp_path / scenario.__name__)
         logs.append(run.log)
@@ -487,7 +534,9 @@ async def test_write_agent_every_message_permclient_sends_validates_against_the_
         ("session/new", "NewSessionRequest"),
         ("session/prompt", "PromptRequest"),
         ("session/cancel", "CancelNotification"),
+        ("$/cancel_request", "CancelRequestNotification"),
+        ("_permclient/wait", "ExtRequest"),
         ("response", "RequestPermissionResponse"),
     }
-    assert checked[("response", "RequestPermissionResponse")] == 12
-    assert outcomes == {"selected": 8, "cancelled": 4}
+    assert checked[("response", "RequestPermissionResponse")] == 15
+    assert outcomes == {"selected": 9, "cancelled": 6}

@@ -34,6 +34,7 @@ from .interop.acp_scenarios import (
     MIB,
     WireRecorder,
     open_agent_process,
+    run_abandoned_requests,
     run_big_diff,
     run_mixed_turn,
     run_session_cancel,
@@ -215,6 +216,52 @@ async def test_session_cancel_answers_every_pending_permission_cancelled_at_once
     assert sorted(c["by"] for c in run.telemetry.of("approval.cancelled")) == ["turn"] * 3
 
 
+async def test_a_caller_giving_up_tells_the_agent_answers_its_permissions_and_drops_late_answers(
+    ts_agent: list[str], tmp_path: Path
+) -> None:
+    with trio.fail_after(TEST_BOUND_S):
+        run = await run_abandoned_requests(open_agent_process, ts_agent, tmp_path)
+    assert run.session is not None
+    tool_call_ids = ["write:d-1.txt", "write:d-2.txt"]
+    first, last = run.log.requests_received("session/prompt")
+    (wait,) = run.log.requests_received("_permclient/wait")
+
+    # 1. Giving up on session/prompt: the turn's permissions were answered at once...
+    assert run.prompt_cancelled_caught
+    assert run.pending_after_cancel == 0
+    assert sorted(run.seen) == tool_call_ids
+    assert sorted(run.handler_cancelled) == tool_call_ids
+    assert sorted(c["by"] for c in run.telemetry.of("approval.cancelled")) == ["turn"] * 2
+    ids = run.log.permission_request_ids()
+    for tool_call_id in tool_call_ids:
+        request_id = ids[tool_call_id]
+        assert run.log.responses_to(request_id) == [response(request_id, CANCELLED)]
+    # ...and the agent was told the ACP way, `session/cancel` (not `$/cancel_request`),
+    # before those answers; it ended that turn `cancelled`, an answer permclient dropped.
+    cancels = [m for m in run.log.wire("in") if m.get("method") == "session/cancel"]
+    assert cancels == [
+        {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": run.session.id}}
+    ]
+    cancel_at = run.log.position("in", lambda m: m.get("method") == "session/cancel")
+    assert all(cancel_at < run.log.answer_at(ids[tc]) for tc in tool_call_ids)
+    assert run.log.responses_sent(first["id"]) == [
+        response(first["id"], {"stopReason": "cancelled"})
+    ]
+
+    # 2. Giving up on another request: `$/cancel_request` for exactly its id; the TS SDK
+    # aborted the handler's signal and the agent answered with the SDK's -32800, late.
+    assert run.wait_cancelled_caught
+    assert run.log.cancels_received() == [{"requestId": wait["id"]}]
+    assert [e["requestId"] for e in run.log.events("wait_aborted")] == [wait["id"]]
+    (late_error,) = run.log.responses_sent(wait["id"])
+    assert late_error["error"]["code"] == -32800
+
+    # 3. Both late answers were dropped: the next prompt got its own answer.
+    assert run.next_result == {"stopReason": "end_turn"}
+    assert run.log.responses_sent(last["id"]) == [response(last["id"], {"stopReason": "end_turn"})]
+    assert run.files == {"after.txt": "still works"}
+
+
 async def test_a_5_mib_diff_on_one_line_reaches_the_handler_intact_and_is_answered(
     ts_agent: list[str], tmp_path: Path
 ) -> None:
@@ -242,7 +289,13 @@ async def test_every_message_permclient_sends_validates_against_the_acp_schema(
     """Run every scenario again over a recording stream; check each message permclient wrote."""
     recorder = WireRecorder()
     logs = []
-    for scenario in (run_mixed_turn, run_two_sessions, run_session_cancel, run_big_diff):
+    for scenario in (
+        run_mixed_turn,
+        run_two_sessions,
+        run_session_cancel,
+        run_abandoned_requests,
+        run_big_diff,
+    ):
         with trio.fail_after(TEST_BOUND_S):
             run = await scenario(recorder, ts_agent, tmp_path / scenario.__name__)
         logs.append(run.log)
@@ -265,11 +318,13 @@ async def test_every_message_permclient_sends_validates_against_the_acp_schema(
         ("session/new", "NewSessionRequest"),
         ("session/prompt", "PromptRequest"),
         ("session/cancel", "CancelNotification"),
+        ("$/cancel_request", "CancelRequestNotification"),
+        ("_permclient/wait", "ExtRequest"),
         ("response", "RequestPermissionResponse"),
     }
-    # 4 + 4 + 3 + 1 permission requests, each answered once; both outcomes covered.
-    assert checked[("response", "RequestPermissionResponse")] == 12
-    assert outcomes == {"selected": 8, "cancelled": 4}
+    # 4 + 4 + 3 + 3 + 1 permission requests, each answered once; both outcomes covered.
+    assert checked[("response", "RequestPermissionResponse")] == 15
+    assert outcomes == {"selected": 9, "cancelled": 6}
 
     # The validator is not vacuous: a selected answer without its optionId is refused.
     bad = response(0, {"outcome": {"outcome": "selected"}})

@@ -19,6 +19,9 @@ stdio (newline-delimited JSON-RPC). Each line of the prompt's text blocks is a c
   sends nothing, so the client is never told. The client's later answer for that id is
   dropped silently by the SDK. The agent logs ``withdraw`` and reports the call failed.
 
+``_permclient/wait`` (an extension request) notifies ``_permclient/waiting`` and then
+waits to be cancelled, which with this SDK never happens (see ``ext_method``).
+
 A prompt reports a ``tool_call`` (pending) per call, asks permission for all of them at
 once, and reports each call's end with ``tool_call_update``: ``in_progress`` then
 ``completed`` (allowed and written) or ``failed``. The turn ends with ``end_turn``, or
@@ -28,7 +31,7 @@ then does not withdraw its questions: the client must answer them itself).
 Log: one JSON object per line to the file named by ``$PERMCLIENT_AGENT_LOG`` (else
 stderr), in the format of ``ts_agent.mjs``: ``wire`` (every JSON-RPC message, ``dir``
 ``in``/``out``, recorded by the SDK's own stream observers), ``answer``, ``withdraw``,
-``wrote``, ``generated``, ``session_cancel``.
+``wrote``, ``generated``, ``session_cancel``, ``wait_started``.
 """
 
 from __future__ import annotations
@@ -116,9 +119,16 @@ class Call:
 
 
 @dataclass
+class Turn:
+    cancelled: bool = False
+
+
+@dataclass
 class SessionState:
     cwd: str
-    cancelled: bool = False
+    # The latest prompt's turn: session/cancel marks it; the next prompt starts a fresh
+    # one, so a turn still winding down is never un-cancelled by it.
+    turn: Turn | None = None
 
 
 def parse_commands(prompt: list[Any], cwd: str) -> tuple[list[Call], set[str]]:
@@ -177,14 +187,26 @@ class WriteAgent:
 
     async def cancel(self, session_id: str, **kwargs: Any) -> None:
         log({"event": "session_cancel", "sessionId": session_id})
-        if session_id in self._sessions:
-            self._sessions[session_id].cancelled = True
+        session = self._sessions.get(session_id)
+        if session is not None and session.turn is not None:
+            session.turn.cancelled = True
+
+    async def ext_method(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """``_permclient/wait``: wait until cancelled (SDK 0.12.1 never cancels it)."""
+        if method != "permclient/wait":
+            raise RequestError.method_not_found(f"_{method}")
+        log({"event": "wait_started"})
+        await self._conn.ext_notification("permclient/waiting", {})
+        # The SDK ignores the client's `$/cancel_request` (it logs an error): this
+        # handler is never told, and waits until the connection closes.
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def prompt(self, session_id: str, prompt: list[Any], **kwargs: Any) -> PromptResponse:
         session = self._sessions.get(session_id)
         if session is None:
             raise RequestError.invalid_params({"sessionId": session_id})
-        session.cancelled = False
+        turn = session.turn = Turn()
         calls, withdraw = parse_commands(prompt, session.cwd)
         for call in calls:
             if call.big:
@@ -211,7 +233,7 @@ class WriteAgent:
                 ),
             )
         tasks = {
-            call.name: asyncio.create_task(self._ask_and_apply(session_id, session, call))
+            call.name: asyncio.create_task(self._ask_and_apply(session_id, turn, call))
             for call in calls
         }
         await asyncio.gather(*(t for name, t in tasks.items() if name not in withdraw))
@@ -219,9 +241,9 @@ class WriteAgent:
             log({"event": "withdraw", "sessionId": session_id, "toolCallId": f"write:{name}"})
             tasks[name].cancel()
         await asyncio.gather(*tasks.values(), return_exceptions=True)
-        return PromptResponse(stop_reason="cancelled" if session.cancelled else "end_turn")
+        return PromptResponse(stop_reason="cancelled" if turn.cancelled else "end_turn")
 
-    async def _ask_and_apply(self, session_id: str, session: SessionState, call: Call) -> None:
+    async def _ask_and_apply(self, session_id: str, turn: Turn, call: Call) -> None:
         answer: dict[str, Any]
         allowed = False
         try:
@@ -252,7 +274,7 @@ class WriteAgent:
         except Exception as exc:
             answer = {"ok": False, "error": {"message": repr(exc)}}
         log({"event": "answer", "sessionId": session_id, "toolCallId": call.tool_call_id, **answer})
-        allowed = allowed and not session.cancelled
+        allowed = allowed and not turn.cancelled
         if not allowed:
             await self._conn.session_update(
                 session_id,

@@ -208,7 +208,19 @@ class AgentLog:
         return [m for m in self.wire("in") if "method" not in m and m.get("id") == request_id]
 
     def cancels_sent(self) -> list[dict[str, Any]]:
+        """Params of every ``$/cancel_request`` the agent wrote."""
         return [m["params"] for m in self.wire("out") if m.get("method") == "$/cancel_request"]
+
+    def cancels_received(self) -> list[dict[str, Any]]:
+        """Params of every ``$/cancel_request`` the agent read (the client's)."""
+        return [m["params"] for m in self.wire("in") if m.get("method") == "$/cancel_request"]
+
+    def requests_received(self, method: str) -> list[dict[str, Any]]:
+        return [m for m in self.wire("in") if m.get("method") == method and "id" in m]
+
+    def responses_sent(self, request_id: Any) -> list[dict[str, Any]]:
+        """Every response the agent wrote to the client's request ``request_id``."""
+        return [m for m in self.wire("out") if "method" not in m and m.get("id") == request_id]
 
     def answers(self) -> dict[str, dict[str, Any]]:
         """toolCallId -> what the agent's SDK delivered for its permission request."""
@@ -527,5 +539,94 @@ async def run_big_diff(
         run.update_digest = digest(announce["content"][0]["newText"])
     big = session.cwd / "big.txt"
     run.file_digest = digest(big.read_bytes()) if big.exists() else None
+    run.log = AgentLog.read(log_path)
+    return run
+
+
+# ------------------------------------------------ scenario: the caller gives up
+
+
+@dataclass
+class AbandonedRequests(Run):
+    session: Session | None = None
+    seen: list[str] = field(default_factory=list)
+    handler_cancelled: list[str] = field(default_factory=list)
+    prompt_cancelled_caught: bool = False
+    pending_after_cancel: int = -1
+    wait_cancelled_caught: bool = False
+    next_result: Any = None
+    files: dict[str, str] = field(default_factory=dict)
+
+
+ABANDON_PROMPT = ("write d-1.txt one", "write d-2.txt two")
+
+
+async def run_abandoned_requests(
+    connect: Connect, argv: Sequence[str], workdir: Path
+) -> AbandonedRequests:
+    """The caller's own scope gives up on two requests, then the connection goes on.
+
+    1. ``session/prompt`` with two writes pending: its caller's scope is cancelled.
+       permclient tells the agent the ACP way (``session/cancel`` for the session) and
+       answers the session's pending permissions itself.
+    2. ``_permclient/wait`` (an extension request the agent holds until cancelled): its
+       caller's scope is cancelled once the agent said it is waiting; permclient sends
+       ``$/cancel_request`` for its id.
+    3. A new prompt (allowed) on the same connection: the agent's late answers to 1 and 2
+       were dropped, never mistaken for anything else.
+    """
+    env, log_path = agent_env(workdir)
+    telemetry = TelemetryRecorder()
+    run = AbandonedRequests(init={}, telemetry=telemetry)
+    all_asked = trio.Event()
+    waiting = trio.Event()
+
+    async def blocking(req: PermissionRequest) -> Selected | Cancelled:
+        run.seen.append(req.tool_call.tool_call_id)
+        if len(run.seen) == len(ABANDON_PROMPT):
+            all_asked.set()
+        try:
+            await trio.sleep_forever()
+        except trio.Cancelled:
+            run.handler_cancelled.append(req.tool_call.tool_call_id)
+            raise
+        return Selected("allow")  # pragma: no cover - never reached
+
+    async def allow(req: PermissionRequest) -> Selected | Cancelled:
+        return Selected("allow")
+
+    async with connect(argv, env, telemetry) as client:
+        client.on_notification("_permclient/waiting", lambda _n: waiting.set())
+        run.init = await handshake(client)
+        session = run.session = await new_session(client, workdir / "ws")
+        with client.permission_handler(session.id, blocking):
+            prompt_scope = trio.CancelScope()
+            async with trio.open_nursery() as nursery:
+
+                async def turn() -> None:
+                    with prompt_scope:
+                        await session.prompt(*ABANDON_PROMPT)
+
+                nursery.start_soon(turn)
+                await all_asked.wait()
+                prompt_scope.cancel()
+            run.prompt_cancelled_caught = prompt_scope.cancelled_caught
+            run.pending_after_cancel = client.pending_permissions(session.id)
+
+        wait_scope = trio.CancelScope()
+        async with trio.open_nursery() as nursery:
+
+            async def wait() -> None:
+                with wait_scope:
+                    await client.request("_permclient/wait", {})
+
+            nursery.start_soon(wait)
+            await waiting.wait()
+            wait_scope.cancel()
+        run.wait_cancelled_caught = wait_scope.cancelled_caught
+
+        with client.permission_handler(session.id, allow):
+            run.next_result = await session.prompt("write after.txt still works")
+    run.files = files_in(session.cwd)
     run.log = AgentLog.read(log_path)
     return run

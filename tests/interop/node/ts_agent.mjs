@@ -23,13 +23,16 @@
 // when `session/cancel` arrived for the session during the turn. On `session/cancel` the
 // agent does NOT withdraw its questions: the client must answer them itself.
 //
+// `_permclient/wait` (an extension request) waits until the client cancels it; see below.
+//
 // Log: one JSON object per line to the file named by $PERMCLIENT_AGENT_LOG (else stderr):
 //   {"event": "wire", "dir": "in"|"out", "msg": ...}   every JSON-RPC message, as the SDK
 //       read it from (in) or handed it to (out) the ndjson stream
 //   {"event": "answer", "sessionId", "toolCallId", "ok", "value"|"error"}  what the SDK
 //       delivered for each permission request
 //   {"event": "withdraw", "sessionId", "toolCallId"}, {"event": "wrote", "path", "bytes"},
-//   {"event": "generated", "toolCallId", "bytes", "sha256"}, {"event": "session_cancel", ...}
+//   {"event": "generated", "toolCallId", "bytes", "sha256"}, {"event": "session_cancel", ...},
+//   {"event": "wait_started" | "wait_aborted", "requestId"}
 //
 // Nothing here sleeps or polls: every step waits on a message from the client.
 import { createHash } from "node:crypto";
@@ -54,7 +57,9 @@ const OPTIONS = [
 ];
 const OPTION_KIND = new Map(OPTIONS.map((o) => [o.optionId, o.kind]));
 
-// sessionId -> { cwd, cancelled }
+// sessionId -> { cwd, turn }: `turn` is the latest prompt's { cancelled } (a session/cancel
+// marks that turn; the next prompt starts a fresh one, so a turn still winding down is
+// never un-cancelled by it)
 const sessions = new Map();
 let sessionCount = 0;
 
@@ -109,7 +114,7 @@ function parseCommands(prompt) {
   return { calls, withdraw };
 }
 
-async function runTurn(client, sessionId, session, prompt) {
+async function runTurn(client, sessionId, session, turn, prompt) {
   const { calls, withdraw } = parseCommands(prompt);
   const update = (u) => client.notify(methods.client.session.update, { sessionId, update: u });
 
@@ -158,7 +163,7 @@ async function runTurn(client, sessionId, session, prompt) {
     const allowed =
       outcome?.outcome === "selected" &&
       (OPTION_KIND.get(outcome.optionId) ?? "").startsWith("allow_") &&
-      !session.cancelled;
+      !turn.cancelled;
     if (!allowed) {
       await update({
         sessionUpdate: "tool_call_update",
@@ -188,7 +193,7 @@ async function runTurn(client, sessionId, session, prompt) {
     }
   }
   await Promise.all(calls.map((call) => call.done));
-  return { stopReason: session.cancelled ? "cancelled" : "end_turn" };
+  return { stopReason: turn.cancelled ? "cancelled" : "end_turn" };
 }
 
 const app = agent({ name: "permclient-ts-interop-agent" })
@@ -203,19 +208,38 @@ const app = agent({ name: "permclient-ts-interop-agent" })
       throw RequestError.invalidParams({ cwd: params.cwd }, "cwd must be absolute");
     }
     const sessionId = `ts-session-${++sessionCount}`;
-    sessions.set(sessionId, { cwd: params.cwd, cancelled: false });
+    sessions.set(sessionId, { cwd: params.cwd, turn: null });
     return { sessionId };
   })
   .onRequest(methods.agent.session.prompt, async ({ params, client }) => {
     const session = sessions.get(params.sessionId);
     if (!session) throw RequestError.sessionNotFound(params.sessionId);
-    session.cancelled = false;
-    return runTurn(client, params.sessionId, session, params.prompt);
+    const turn = { cancelled: false };
+    session.turn = turn;
+    return runTurn(client, params.sessionId, session, turn, params.prompt);
   })
+  // An extension request (ACP: methods starting with "_") that waits until the client
+  // withdraws it with `$/cancel_request`: the SDK then aborts this handler's signal, and
+  // the agent answers with the SDK's own -32800 error. It tells the client it is waiting
+  // with an extension notification, so the client cancels only once it surely arrived.
+  .onRequest(
+    "_permclient/wait",
+    (params) => params ?? {},
+    async ({ client, signal, requestId }) => {
+      log({ event: "wait_started", requestId });
+      await client.notify("_permclient/waiting", { requestId });
+      await new Promise((resolve) => {
+        if (signal.aborted) resolve();
+        else signal.addEventListener("abort", resolve, { once: true });
+      });
+      log({ event: "wait_aborted", requestId });
+      throw signal.reason;
+    },
+  )
   .onNotification(methods.agent.session.cancel, async ({ params }) => {
     log({ event: "session_cancel", sessionId: params.sessionId });
     const session = sessions.get(params.sessionId);
-    if (session) session.cancelled = true;
+    if (session?.turn) session.turn.cancelled = true;
   });
 
 // Taps on both directions of the SDK's message stream.
