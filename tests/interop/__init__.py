@@ -1,7 +1,9 @@
 """Interop tests against the reference implementations of both wires.
 
-Peers live here: ``acp_python_agent.py`` (official ACP Python SDK) and, under
-``node/``, runtimes built on ``vscode-jsonrpc`` and ``@agentclientprotocol/sdk``.
+Peers live here: ``acp_python_agent.py`` and ``acp_python_write_agent.py`` (official
+ACP Python SDK) and, under ``node/``, runtimes built on ``vscode-jsonrpc`` and
+``@agentclientprotocol/sdk`` (``ts_agent.mjs``, the TS twin of the write agent).
+``acp_scenarios.py`` drives both write agents with the same scenarios.
 The node peers need ``node/node_modules``; install it with::
 
     npm ci --prefix tests/interop/node
