@@ -99,8 +99,10 @@ def test_the_real_pins_are_exact() -> None:
     assert manifest["dependencies"] == {
         "@agentclientprotocol/sdk": "2.4.0",
         "vscode-jsonrpc": "10.0.0",
+        "zod": "4.6.7",  # the ACP TS SDK imports it at run time
     }
     lock = json.loads((interop.NODE_DIR / "package-lock.json").read_text(encoding="utf-8"))
     packages = lock["packages"]
     assert packages["node_modules/vscode-jsonrpc"]["version"] == "10.0.0"
     assert packages["node_modules/@agentclientprotocol/sdk"]["version"] == "2.4.0"
+    assert packages["node_modules/zod"]["version"] == "4.6.7"
