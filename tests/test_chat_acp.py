@@ -164,3 +164,33 @@ def test_the_chat_answers_a_typescript_sdk_agent_for_the_right_call_and_session(
     # Ctrl-C went out as session/cancel for the session the turn ran in.
     cancels = [e["sessionId"] for e in events if e["event"] == "session_cancel"]
     assert cancels == [answers["write:cancelled.txt"]["sessionId"]] == [second]
+
+
+def test_two_cards_at_once_from_a_typescript_sdk_agent_one_withdrawn_by_it(
+    chat_in: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    node = require_node_packages("@agentclientprotocol/sdk", "zod")
+    log = tmp_path / "ts-agent.jsonl"
+    monkeypatch.setenv("PERMCLIENT_AGENT_LOG", str(log))
+    chat: AgentChat = chat_in("--agent", shlex.join([node, str(NODE_DIR / "ts_agent.mjs")]))
+    # Both questions are asked at once; once the first is answered the agent
+    # withdraws the second with the SDK's own cancellation ($/cancel_request).
+    chat.say("write kept.txt yes; write dropped.txt no; withdraw dropped.txt")
+    chat.expect("write kept.txt")
+    chat.expect("1 approval waiting")
+    chat.expect(ARMED)
+    chat.child.send("1")
+    chat.expect("withdrawn by the runtime")
+    chat.expect("turn ended: " + STYLE + "end_turn")
+    chat.expect_prompt()
+    chat.quit()
+    assert (chat.workspace / "kept.txt").read_text() == "yes"
+    assert not (chat.workspace / "dropped.txt").exists()
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    answers = {
+        e["toolCallId"]: e.get("value", {}).get("outcome") for e in events if e["event"] == "answer"
+    }
+    assert answers == {
+        "write:kept.txt": {"outcome": "selected", "optionId": "allow"},
+        "write:dropped.txt": {"outcome": "cancelled"},
+    }

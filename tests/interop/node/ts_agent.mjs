@@ -1,7 +1,8 @@
 // An ACP agent built on the AGENT side of the official TypeScript SDK
 // (@agentclientprotocol/sdk 2.4.0: `agent()` + `ndJsonStream` over stdio), driven by
 // tests/test_interop_acp_ts.py through permclient's "acp" dialect. No LLM: each line of
-// the prompt's text blocks is a command.
+// the prompt's text blocks is a command ("; " also separates commands, so a one-line
+// prompt, e.g. typed into simhost chat, can hold several).
 //
 //   write NAME TEXT        a tool call "write NAME" (kind edit, a diff creating NAME
 //                          with TEXT); NAME is written in the session's cwd only if the
@@ -84,7 +85,7 @@ function parseCommands(prompt) {
   const withdraw = new Set();
   const lines = prompt
     .filter((block) => block.type === "text")
-    .flatMap((block) => block.text.split("\n"))
+    .flatMap((block) => block.text.split(/\n|; /))
     .map((line) => line.trim())
     .filter((line) => line !== "");
   for (const line of lines) {
