@@ -1,0 +1,1 @@
+"""``simhost run``: scripted multi-turn concurrency scenarios against an agent."""
