@@ -41,7 +41,7 @@ class _Spec(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """Scenario tables: an unknown key is an error (a typo must not be ignored)."""
 
 
-class AgentSpec(_Spec):
+class AgentSpec(_Spec, kw_only=True):
     """Which agent to run; by default the reference runtime (``simhost runtime``)."""
 
     command: str | None = None
@@ -51,7 +51,7 @@ class AgentSpec(_Spec):
     """For the reference runtime: a shipped policy name or a JSON policy file."""
 
 
-class WorkspaceSpec(_Spec):
+class WorkspaceSpec(_Spec, kw_only=True):
     """The folder the agent works in."""
 
     path: str | None = None
@@ -60,7 +60,7 @@ class WorkspaceSpec(_Spec):
     """Files to create first, relative path -> text."""
 
 
-class ExpectedRequest(_Spec):
+class ExpectedRequest(_Spec, kw_only=True):
     """Permission requests the turn expects, and what to answer them."""
 
     title: str
@@ -75,7 +75,7 @@ class ExpectedRequest(_Spec):
     jitter_ms: _NonNegative = 0
 
 
-class AfterTurn(_Spec):
+class AfterTurn(_Spec, kw_only=True):
     """What must hold once the turn has ended."""
 
     stop_reason: str | None = None
@@ -87,7 +87,7 @@ class AfterTurn(_Spec):
     """Tool call title (regular expression) -> final status of every matching call."""
 
 
-class TurnSpec(_Spec):
+class TurnSpec(_Spec, kw_only=True):
     """One prompt and what it must lead to."""
 
     prompt: str
@@ -99,7 +99,7 @@ class TurnSpec(_Spec):
     expect: AfterTurn = msgspec.field(default_factory=AfterTurn)
 
 
-class SessionSpec(_Spec):
+class SessionSpec(_Spec, kw_only=True):
     """A conversation: its turns run in order."""
 
     name: str
@@ -108,7 +108,7 @@ class SessionSpec(_Spec):
     turns: list[TurnSpec]
 
 
-class Scenario(_Spec):
+class Scenario(_Spec, kw_only=True):
     """A whole scenario file."""
 
     name: str | None = None
