@@ -52,6 +52,16 @@ from ._wire import (
     ToolCallLocation,
     ToolCallUpdate,
 )
+from .embed import (
+    AsyncioClient,
+    BlockingClient,
+    GuestClient,
+    PermissionHandle,
+    asyncio_client,
+    open_blocking,
+    start_guest,
+    tk_client,
+)
 
 __version__ = "0.1.0.dev0"
 
@@ -97,4 +107,12 @@ __all__ = [
     "__version__",
     "open_client",
     "open_process",
+    "AsyncioClient",
+    "BlockingClient",
+    "GuestClient",
+    "PermissionHandle",
+    "asyncio_client",
+    "open_blocking",
+    "start_guest",
+    "tk_client",
 ]
