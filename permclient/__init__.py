@@ -66,7 +66,9 @@ from .embed import (
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "AsyncioClient",
     "AudioContent",
+    "BlockingClient",
     "Cancelled",
     "Client",
     "ConnectionClosed",
@@ -78,6 +80,7 @@ __all__ = [
     "Diff",
     "EmbeddedResource",
     "ErrorCode",
+    "GuestClient",
     "ImageContent",
     "InboundNotification",
     "JsonlTelemetry",
@@ -85,6 +88,7 @@ __all__ = [
     "NewlineFramer",
     "NotificationCallback",
     "PermclientError",
+    "PermissionHandle",
     "PermissionHandler",
     "PermissionOption",
     "PermissionRequest",
@@ -105,14 +109,10 @@ __all__ = [
     "ToolCallTracker",
     "ToolCallUpdate",
     "__version__",
-    "open_client",
-    "open_process",
-    "AsyncioClient",
-    "BlockingClient",
-    "GuestClient",
-    "PermissionHandle",
     "asyncio_client",
     "open_blocking",
+    "open_client",
+    "open_process",
     "start_guest",
     "tk_client",
 ]
