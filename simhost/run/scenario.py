@@ -3,14 +3,24 @@
 A scenario names the agent (the reference runtime by default), a workspace (a
 fresh temporary folder by default) and sessions; each session has turns, run in
 order, and the sessions run at once. See docs/scenarios.md for the format.
+
+A file that cannot be used raises :class:`ScenarioError`, whose message reads
+``PATH:LINE: FIELD: what is wrong``. msgspec reports where a value is wrong as a
+path (``$.sessions[0].turns[1].prompt``); a small scanner of the TOML text maps
+that path back to the line where the key (or the table that lacks it) is written.
 """
 
 from __future__ import annotations
 
+import difflib
 import re
+import shlex
 import tomllib
-from pathlib import Path
-from typing import Annotated, Literal
+import types
+import typing
+from bisect import bisect_left
+from pathlib import Path, PureWindowsPath
+from typing import Annotated, Any, Literal, Union
 
 import msgspec
 
@@ -36,6 +46,69 @@ ToolStatus = Literal["pending", "in_progress", "completed", "failed"]
 _NonNegative = Annotated[int, msgspec.Meta(ge=0)]
 _Positive = Annotated[int, msgspec.Meta(ge=1)]
 
+# ACP's StopReason and ToolKind; the bridge dialect uses a subset of each.
+_STOP_REASONS = ("end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled")
+_TOOL_KINDS = (
+    "read",
+    "edit",
+    "delete",
+    "move",
+    "search",
+    "execute",
+    "think",
+    "fetch",
+    "switch_mode",
+    "other",
+)
+
+_Key = tuple[str | int, ...]
+"""Where a value is in a scenario: table keys and array indices, from the top."""
+
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def _render_key(key: _Key) -> str:
+    """``sessions[0].turns[1].expect.file_contains."a b.txt"``."""
+    out = ""
+    for part in key:
+        if isinstance(part, int):
+            out += f"[{part}]"
+            continue
+        name = part if _BARE_KEY.fullmatch(part) else msgspec.json.encode(part).decode()
+        out += f".{name}" if out else name
+    return out
+
+
+class _FieldError(ValueError):
+    """A check of ``__post_init__`` failed at ``key`` (relative to that struct)."""
+
+    def __init__(self, key: _Key, reason: str) -> None:
+        super().__init__(f"{_render_key(key)}: {reason}")
+        self.key = key
+        self.reason = reason
+
+
+def _check_pattern(key: _Key, pattern: str) -> None:
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise _FieldError(key, f"not a valid regular expression: {exc}") from None
+
+
+def _check_one_of(key: _Key, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise _FieldError(key, f"expected one of {', '.join(allowed)}; got {value!r}")
+
+
+def _check_inside(key: _Key, path: str) -> None:
+    """A path the runner joins to the workspace must stay in it."""
+    # Windows rules see both separators and every anchor: "/x", "C:x", "a\\..\\b".
+    parsed = PureWindowsPath(path)
+    if not path or parsed.anchor or ".." in parsed.parts:
+        raise _FieldError(
+            key, f"must be a relative path inside the workspace (no '..'); got {path!r}"
+        )
+
 
 class _Spec(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """Scenario tables: an unknown key is an error (a typo must not be ignored)."""
@@ -50,6 +123,16 @@ class AgentSpec(_Spec, kw_only=True):
     policy: str | None = None
     """For the reference runtime: a shipped policy name or a JSON policy file."""
 
+    def __post_init__(self) -> None:
+        if self.command is None:
+            return
+        try:
+            words = shlex.split(self.command)
+        except ValueError as exc:
+            raise _FieldError(("command",), f"cannot split like a shell: {exc}") from None
+        if not words:
+            raise _FieldError(("command",), "empty command (leave it out for the reference one)")
+
 
 class WorkspaceSpec(_Spec, kw_only=True):
     """The folder the agent works in."""
@@ -58,6 +141,10 @@ class WorkspaceSpec(_Spec, kw_only=True):
     """``None``: a fresh temporary folder for each run."""
     files: dict[str, str] = msgspec.field(default_factory=dict)
     """Files to create first, relative path -> text."""
+
+    def __post_init__(self) -> None:
+        for name in self.files:
+            _check_inside(("files", name), name)
 
 
 class ExpectedRequest(_Spec, kw_only=True):
@@ -74,6 +161,11 @@ class ExpectedRequest(_Spec, kw_only=True):
     """Wait this long before answering (plus up to ``jitter_ms``, from the seed)."""
     jitter_ms: _NonNegative = 0
 
+    def __post_init__(self) -> None:
+        _check_pattern(("title",), self.title)
+        if self.kind is not None:
+            _check_one_of(("kind",), self.kind, _TOOL_KINDS)
+
 
 class AfterTurn(_Spec, kw_only=True):
     """What must hold once the turn has ended."""
@@ -85,6 +177,18 @@ class AfterTurn(_Spec, kw_only=True):
     reply_contains: list[str] = msgspec.field(default_factory=list)
     tool_status: dict[str, ToolStatus] = msgspec.field(default_factory=dict)
     """Tool call title (regular expression) -> final status of every matching call."""
+
+    def __post_init__(self) -> None:
+        if self.stop_reason is not None:
+            _check_one_of(("stop_reason",), self.stop_reason, _STOP_REASONS)
+        for index, name in enumerate(self.files_exist):
+            _check_inside(("files_exist", index), name)
+        for index, name in enumerate(self.files_absent):
+            _check_inside(("files_absent", index), name)
+        for name in self.file_contains:
+            _check_inside(("file_contains", name), name)
+        for pattern in self.tool_status:
+            _check_pattern(("tool_status", pattern), pattern)
 
 
 class TurnSpec(_Spec, kw_only=True):
@@ -107,6 +211,12 @@ class SessionSpec(_Spec, kw_only=True):
     """Run this many identical sessions at once."""
     turns: list[TurnSpec]
 
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise _FieldError(("name",), "must not be empty")
+        if not self.turns:
+            raise _FieldError(("turns",), "a session needs at least one turn")
+
 
 class Scenario(_Spec, kw_only=True):
     """A whole scenario file."""
@@ -120,44 +230,499 @@ class Scenario(_Spec, kw_only=True):
     sessions: list[SessionSpec]
 
     def __post_init__(self) -> None:
-        names = [session.name for session in self.sessions]
-        if not names:
-            raise ValueError("a scenario needs at least one session")
-        if len(set(names)) != len(names):
-            raise ValueError("session names must be unique")
-        for session in self.sessions:
-            for turn in session.turns:
-                for expected in turn.requests:
-                    try:
-                        re.compile(expected.title)
-                    except re.error as exc:
-                        raise ValueError(f"bad title pattern {expected.title!r}: {exc}") from None
+        if not self.sessions:
+            raise _FieldError(("sessions",), "a scenario needs at least one session")
+        first: dict[str, int] = {}
+        for index, session in enumerate(self.sessions):
+            earlier = first.setdefault(session.name, index)
+            if earlier != index:
+                raise _FieldError(
+                    ("sessions", index, "name"),
+                    f"duplicate session name {session.name!r} (also sessions[{earlier}])",
+                )
 
 
 class ScenarioError(Exception):
-    """A scenario file that cannot be used; the message names the file, line and field."""
+    """A scenario file that cannot be used; the message names the file, line and field.
 
-    def __init__(self, path: Path, message: str, line: int | None = None) -> None:
+    ``line`` is 1-based, or ``None`` when no line is to blame (a missing file, a
+    required top-level key that is absent); ``field`` is the key's path, such as
+    ``sessions[0].turns[1].prompt``, or ``None``.
+    """
+
+    def __init__(
+        self, path: Path, message: str, line: int | None = None, *, field: str | None = None
+    ) -> None:
         where = f"{path}:{line}" if line is not None else str(path)
-        super().__init__(f"{where}: {message}")
+        what = f"{field}: {message}" if field else message
+        super().__init__(f"{where}: {what}")
         self.path = path
         self.line = line
+        self.field = field
 
 
 def load_scenario(path: Path) -> Scenario:
-    """Read and check one scenario file. Raises :class:`ScenarioError`, never anything else."""
+    """Read and check one scenario file and return it (``name`` defaults to the file's stem).
+
+    Raises :class:`ScenarioError`, never anything else: for a file that cannot be
+    read or is not UTF-8, for TOML syntax errors (with tomllib's line and column),
+    and for keys that are unknown, missing or of the wrong type or value (with the
+    line and the field).
+    """
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ScenarioError(path, f"cannot read: {exc}") from None
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ScenarioError(path, f"cannot read: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        bad = f"not UTF-8 text: byte 0x{raw[exc.start]:02x} ({exc.reason})"
+        raise ScenarioError(path, bad, raw.count(b"\n", 0, exc.start) + 1) from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ScenarioError(path, f"not valid TOML: {exc}") from None
+        raise ScenarioError(path, *_toml_error(str(exc), text)) from None
     try:
         scenario = msgspec.convert(data, Scenario)
     except msgspec.ValidationError as exc:
-        raise ScenarioError(path, str(exc)) from None
+        key, reason, line_key = _explain(exc, data)
+        field = _render_key(key) or None
+        raise ScenarioError(path, reason, _locate(text, line_key), field=field) from None
     if scenario.name is None:
         scenario.name = path.stem
     return scenario
+
+
+# ---------------------------------------------------------------- TOML syntax errors
+
+_TOML_AT = re.compile(
+    r"^(?P<what>.*) \(at (?:line (?P<line>\d+), column (?P<col>\d+)|end of document)\)$", re.S
+)
+
+
+def _toml_error(message: str, text: str) -> tuple[str, int | None]:
+    """tomllib's ``What (at line L, column C)`` as ``(message, line)``."""
+    match = _TOML_AT.match(message)
+    if match is None:
+        return f"invalid TOML: {message}", None
+    if match["line"] is None:
+        return f"invalid TOML at the end of the file: {match['what']}", text.count("\n") + 1
+    return f"invalid TOML at column {match['col']}: {match['what']}", int(match["line"])
+
+
+# ---------------------------------------------------------------- msgspec errors
+
+_MSGSPEC_AT = " - at `"
+_PATH_PART = re.compile(r"\.([^.\[`]+)|\[(\d+)\]|\[\.\.\.\]")
+_UNKNOWN = re.compile(r"Object contains unknown field `(?P<name>.*)`")
+_MISSING = re.compile(r"Object missing required field `(?P<name>.*)`")
+
+
+def _explain(exc: msgspec.ValidationError, data: dict[str, Any]) -> tuple[_Key, str, _Key]:
+    """``(field, what is wrong, where to look for its line)`` for a failed convert."""
+    message, sep, rest = str(exc).rpartition(_MSGSPEC_AT)
+    if not sep or not rest.endswith("`"):
+        message, rest = str(exc), "$`"
+    at = _parse_path(rest[:-1], data)
+
+    cause = exc.__cause__
+    if isinstance(cause, _FieldError):
+        key = at + cause.key
+        return key, cause.reason, key
+    if isinstance(cause, ValueError | TypeError):
+        return at, str(cause), at
+    if unknown := _UNKNOWN.fullmatch(message):
+        key = (*at, unknown["name"])
+        return key, _unknown_key(unknown["name"], _type_at(at)), key
+    if missing := _MISSING.fullmatch(message):
+        return (*at, missing["name"]), "required key is missing", at
+    expected = _type_at(at)
+    found, value = _value_at(data, at)
+    if expected is None or not found:
+        return at, message, at
+    return at, f"expected {_describe(expected)}; got {_show(value)}", at
+
+
+def _parse_path(text: str, data: Any) -> _Key:
+    """msgspec's ``$.a[0].b`` as a key; ``[...]`` (a table's key) is found again."""
+    key: _Key = ()
+    pos = 1 if text.startswith("$") else 0
+    while pos < len(text):
+        match = _PATH_PART.match(text, pos)
+        if match is None:
+            break
+        pos = match.end()
+        if match[1] is not None:
+            key += (match[1],)
+        elif match[2] is not None:
+            key += (int(match[2]),)
+        else:
+            name = _bad_entry(data, key)
+            if name is None:
+                break
+            key += (name,)
+    return key
+
+
+def _bad_entry(data: Any, key: _Key) -> str | None:
+    """The first key of the table at ``key`` whose value does not convert."""
+    found, table = _value_at(data, key)
+    expected = _type_at(key)
+    if not found or not isinstance(table, dict) or expected is None:
+        return None
+    for option in _options(expected):
+        if typing.get_origin(option) is dict:
+            value_type = typing.get_args(option)[1]
+            for name, value in table.items():
+                try:
+                    msgspec.convert(value, value_type)
+                except msgspec.ValidationError:
+                    return str(name)
+    return None
+
+
+def _value_at(data: Any, key: _Key) -> tuple[bool, Any]:
+    for part in key:
+        if isinstance(part, int):
+            if not isinstance(data, list) or not 0 <= part < len(data):
+                return False, None
+        elif not isinstance(data, dict) or part not in data:
+            return False, None
+        data = data[part]
+    return True, data
+
+
+def _options(tp: Any) -> list[Any]:
+    """The alternatives of a type, Annotated stripped and ``None`` left out."""
+    if typing.get_origin(tp) is Annotated:
+        tp = typing.get_args(tp)[0]
+    if typing.get_origin(tp) in (Union, types.UnionType):
+        return [
+            option
+            for arg in typing.get_args(tp)
+            if arg is not type(None)
+            for option in _options(arg)
+        ]
+    return [tp]
+
+
+def _is_struct(tp: Any) -> bool:
+    return isinstance(tp, type) and issubclass(tp, msgspec.Struct)
+
+
+def _type_at(key: _Key) -> Any:
+    """The declared type of the value at ``key`` (``None`` if there is no such key)."""
+    tp: Any = Scenario
+    for part in key:
+        for option in _options(tp):
+            if isinstance(part, int) and typing.get_origin(option) is list:
+                tp = typing.get_args(option)[0]
+                break
+            if isinstance(part, str) and typing.get_origin(option) is dict:
+                tp = typing.get_args(option)[1]
+                break
+            if isinstance(part, str) and _is_struct(option):
+                hints = typing.get_type_hints(option, include_extras=True)
+                if part in hints and part in option.__struct_fields__:
+                    tp = hints[part]
+                    break
+        else:
+            return None
+    return tp
+
+
+def _unknown_key(name: str, table: Any) -> str:
+    fields = next((o.__struct_fields__ for o in _options(table) if _is_struct(o)), ())
+    close = difflib.get_close_matches(name, fields, n=1)
+    if close:
+        return f"unknown key; did you mean {close[0]!r}?"
+    if fields:
+        return f"unknown key; the keys here are {', '.join(fields)}"
+    return "unknown key"
+
+
+def _describe(tp: Any) -> str:
+    """A type as the TOML author thinks of it: ``an integer >= 1``, ``one of a, b``."""
+    if typing.get_origin(tp) in (Union, types.UnionType):
+        # TOML has no null: a key that may be None is one that may be left out.
+        options = [arg for arg in typing.get_args(tp) if arg is not type(None)]
+        return " or ".join(_describe(option) for option in options)
+    bounds = ""
+    if typing.get_origin(tp) is Annotated:
+        tp, *metas = typing.get_args(tp)
+        for meta in metas:
+            if isinstance(meta, msgspec.Meta) and meta.ge is not None:
+                bounds = f" >= {meta.ge}"
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(str(value) for value in typing.get_args(tp))
+    if origin is list:
+        item = _options(typing.get_args(tp)[0])[0]
+        plural = {str: "strings", int: "integers"}.get(item, "tables" if _is_struct(item) else "")
+        return f"an array of {plural}" if plural else "an array"
+    if origin is dict or _is_struct(tp):
+        return "a table"
+    if tp is bool:
+        return "true or false"
+    if tp is int:
+        return "an integer" + bounds
+    if tp is str:
+        return "a string"
+    return str(getattr(tp, "__name__", tp))
+
+
+def _show(value: Any) -> str:
+    """A TOML value as found, for ``got ...``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str | int | float):
+        return repr(value)
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, list):
+        return "an array"
+    return f"the date/time {value}"
+
+
+# ---------------------------------------------------------------- the locator
+
+
+class _ScanError(Exception):
+    """The scanner met something it does not know; the lines found so far stand."""
+
+
+def _locate(text: str, key: _Key) -> int | None:
+    """The line where ``key`` (or, failing that, its nearest enclosing table) is written."""
+    lines = _Locator(text).scan()
+    for end in range(len(key), 0, -1):
+        line = lines.get(key[:end])
+        if line is not None:
+            return line
+    return None
+
+
+class _Locator:
+    """Maps every key path of a valid TOML text to the 1-based line that writes it.
+
+    Tables ``[a.b]``, arrays of tables ``[[a.b]]`` (each header appends an index),
+    dotted keys, inline tables and arrays (an element's line is where it starts).
+    Strings are skipped, never interpreted, except quoted keys.
+    """
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.pos = 0
+        self.newlines = [index for index, char in enumerate(text) if char == "\n"]
+        self.lines: dict[_Key, int] = {}
+        self.counts: dict[_Key, int] = {}
+
+    def scan(self) -> dict[_Key, int]:
+        table: _Key = ()
+        try:
+            while True:
+                self.skip(newlines=True)
+                if self.pos >= len(self.text):
+                    break
+                if self.text.startswith("[[", self.pos):
+                    line = self.line()
+                    self.pos += 2
+                    table = self.array_table(self.key(), line)
+                    self.expect("]]")
+                elif self.peek() == "[":
+                    line = self.line()
+                    self.pos += 1
+                    table = self.table(self.key(), line)
+                    self.expect("]")
+                else:
+                    self.keyval(table)
+        except (_ScanError, IndexError, ValueError):
+            pass  # not valid TOML after all: the lines found so far
+        return self.lines
+
+    # -- positions
+
+    def line(self) -> int:
+        return bisect_left(self.newlines, self.pos) + 1
+
+    def peek(self) -> str:
+        return self.text[self.pos] if self.pos < len(self.text) else ""
+
+    def expect(self, token: str) -> None:
+        self.skip()
+        if not self.text.startswith(token, self.pos):
+            raise _ScanError(token)
+        self.pos += len(token)
+
+    def skip(self, *, newlines: bool = False) -> None:
+        blanks = " \t\r\n" if newlines else " \t"
+        while self.pos < len(self.text):
+            char = self.text[self.pos]
+            if char in blanks:
+                self.pos += 1
+            elif char == "#":
+                end = self.text.find("\n", self.pos)
+                self.pos = len(self.text) if end < 0 else (end + 1 if newlines else end)
+            else:
+                return
+
+    # -- headers and keys
+
+    def resolve(self, path: _Key, name: str) -> _Key:
+        """``path.name``, into the last element if that is an array of tables."""
+        path += (name,)
+        count = self.counts.get(path)
+        return (*path, count - 1) if count else path
+
+    def table(self, names: list[str], line: int) -> _Key:
+        path: _Key = ()
+        for name in names[:-1]:
+            path = self.resolve(path, name)
+            self.lines.setdefault(path, line)
+        path = self.resolve(path, names[-1])
+        self.lines[path] = line
+        return path
+
+    def array_table(self, names: list[str], line: int) -> _Key:
+        path: _Key = ()
+        for name in names[:-1]:
+            path = self.resolve(path, name)
+            self.lines.setdefault(path, line)
+        path += (names[-1],)
+        self.lines.setdefault(path, line)
+        index = self.counts.get(path, 0)
+        self.counts[path] = index + 1
+        path += (index,)
+        self.lines[path] = line
+        return path
+
+    def key(self) -> list[str]:
+        names: list[str] = []
+        while True:
+            self.skip()
+            char = self.peek()
+            if char == '"':
+                names.append(self.basic_string())
+            elif char == "'":
+                names.append(self.literal_string())
+            else:
+                match = _BARE_KEY.match(self.text, self.pos)
+                if match is None:
+                    raise _ScanError("key")
+                names.append(match.group())
+                self.pos = match.end()
+            self.skip()
+            if self.peek() != ".":
+                return names
+            self.pos += 1
+
+    def keyval(self, table: _Key) -> None:
+        line = self.line()
+        path = table
+        for name in self.key():
+            path += (name,)
+            self.lines.setdefault(path, line)
+        self.expect("=")
+        self.skip()
+        self.value(path)
+
+    # -- values
+
+    def value(self, path: _Key) -> None:
+        char = self.peek()
+        if self.text.startswith('"""', self.pos):
+            self.multiline('"""')
+        elif self.text.startswith("'''", self.pos):
+            self.multiline("'''")
+        elif char == '"':
+            self.basic_string()
+        elif char == "'":
+            self.literal_string()
+        elif char == "[":
+            self.array(path)
+        elif char == "{":
+            self.inline_table(path)
+        else:
+            match = _SCALAR.match(self.text, self.pos)
+            if match is None:
+                raise _ScanError("value")
+            self.pos = match.end()
+
+    def array(self, path: _Key) -> None:
+        self.pos += 1
+        index = 0
+        while True:
+            self.skip(newlines=True)
+            if self.peek() == "]":
+                self.pos += 1
+                return
+            element = (*path, index)
+            self.lines.setdefault(element, self.line())
+            self.value(element)
+            self.skip(newlines=True)
+            if self.peek() == ",":
+                self.pos += 1
+            elif self.peek() != "]":
+                raise _ScanError("array")
+            index += 1
+
+    def inline_table(self, path: _Key) -> None:
+        self.pos += 1
+        while True:
+            self.skip(newlines=True)
+            if self.peek() == "}":
+                self.pos += 1
+                return
+            self.keyval(path)
+            self.skip(newlines=True)
+            if self.peek() == ",":
+                self.pos += 1
+            elif self.peek() != "}":
+                raise _ScanError("inline table")
+
+    def multiline(self, quotes: str) -> None:
+        self.pos += 3
+        while self.pos < len(self.text):
+            if quotes == '"""' and self.text[self.pos] == "\\":
+                self.pos += 2
+            elif self.text.startswith(quotes, self.pos):
+                self.pos += 3
+                for _ in range(2):  # up to two quotes may end the content
+                    if self.peek() == quotes[0]:
+                        self.pos += 1
+                return
+            else:
+                self.pos += 1
+        raise _ScanError("string")
+
+    def literal_string(self) -> str:
+        end = self.text.find("'", self.pos + 1)
+        if end < 0:
+            raise _ScanError("string")
+        name = self.text[self.pos + 1 : end]
+        self.pos = end + 1
+        return name
+
+    def basic_string(self) -> str:
+        self.pos += 1
+        out: list[str] = []
+        while self.pos < len(self.text):
+            char = self.text[self.pos]
+            if char == '"':
+                self.pos += 1
+                return "".join(out)
+            if char == "\\":
+                code = self.text[self.pos + 1]
+                width = {"u": 4, "U": 8}.get(code, 0)
+                if width:
+                    out.append(chr(int(self.text[self.pos + 2 : self.pos + 2 + width], 16)))
+                else:
+                    out.append(_ESCAPES.get(code, code))
+                self.pos += 2 + width
+            else:
+                out.append(char)
+                self.pos += 1
+        raise _ScanError("string")
+
+
+_SCALAR = re.compile(r"[^,\]}\r\n#]+")
+_ESCAPES = {"b": "\b", "t": "\t", "n": "\n", "f": "\f", "r": "\r", "e": "\x1b"}
