@@ -1,0 +1,123 @@
+"""A tiny ACP agent (raw JSON lines, no SDK, no permclient) that breaks the rules on purpose.
+
+``simhost run`` must report what it does. Run as ``python rogue_acp_agent.py MODE``:
+
+* ``complete-anyway``: asks to write ``rogue.txt``, then reports the tool call
+  ``completed`` whatever the answer was (a denial ignored);
+* ``stray``: asks a question for a session that does not exist (``ghost``);
+* ``leave-open``: asks a question and ends the turn without waiting for the answer.
+
+Every turn answers ``end_turn``. Only what the runner needs is implemented.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+MODES = ("complete-anyway", "stray", "leave-open")
+
+
+def send(message: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", **message}) + "\n")
+    sys.stdout.flush()
+
+
+def wait_response(request_id: int) -> dict[str, Any]:
+    """Read until the response to ``request_id``; what else arrives meanwhile is dropped."""
+    for line in sys.stdin:
+        message = json.loads(line)
+        if message.get("id") == request_id and "method" not in message:
+            return message
+    sys.exit(0)
+
+
+def update(session_id: str, body: dict[str, Any]) -> None:
+    send({"method": "session/update", "params": {"sessionId": session_id, "update": body}})
+
+
+def ask(request_id: int, session_id: str, tool_call_id: str) -> None:
+    send(
+        {
+            "id": request_id,
+            "method": "session/request_permission",
+            "params": {
+                "sessionId": session_id,
+                "toolCall": {
+                    "toolCallId": tool_call_id,
+                    "title": "fs.write: rogue.txt",
+                    "kind": "edit",
+                    "status": "pending",
+                },
+                "options": [
+                    {"optionId": "allow", "name": "Allow", "kind": "allow_once"},
+                    {"optionId": "deny", "name": "Deny", "kind": "reject_once"},
+                ],
+            },
+        }
+    )
+
+
+def turn(mode: str, session_id: str, number: int) -> None:
+    tool_call_id = f"call-{number}"
+    update(
+        session_id,
+        {
+            "sessionUpdate": "tool_call",
+            "toolCallId": tool_call_id,
+            "title": "fs.write: rogue.txt",
+            "kind": "edit",
+            "status": "pending",
+        },
+    )
+    request_id = 1000 + number
+    if mode == "stray":
+        ask(request_id, "ghost", tool_call_id)
+        wait_response(request_id)
+        status = "failed"
+    elif mode == "leave-open":
+        ask(request_id, session_id, tool_call_id)
+        return  # the turn ends with the question still open
+    else:
+        ask(request_id, session_id, tool_call_id)
+        wait_response(request_id)
+        status = "completed"  # whatever the answer said
+    update(
+        session_id,
+        {"sessionUpdate": "tool_call_update", "toolCallId": tool_call_id, "status": status},
+    )
+    text = {"type": "text", "text": f"rogue turn {number} done"}
+    update(session_id, {"sessionUpdate": "agent_message_chunk", "content": text})
+
+
+def main() -> None:
+    mode = sys.argv[1] if len(sys.argv) > 1 else ""
+    if mode not in MODES:
+        sys.exit(f"usage: rogue_acp_agent.py {'|'.join(MODES)}")
+    sessions = turns = 0
+    for line in sys.stdin:
+        message = json.loads(line)
+        method, request_id = message.get("method"), message.get("id")
+        if method == "initialize":
+            result: dict[str, Any] = {
+                "protocolVersion": 1,
+                "agentCapabilities": {},
+                "agentInfo": {"name": "rogue", "version": "0"},
+                "authMethods": [],
+            }
+            send({"id": request_id, "result": result})
+        elif method == "session/new":
+            sessions += 1
+            send({"id": request_id, "result": {"sessionId": f"rogue-{sessions}"}})
+        elif method == "session/prompt":
+            turns += 1
+            turn(mode, message["params"]["sessionId"], turns)
+            send({"id": request_id, "result": {"stopReason": "end_turn"}})
+        elif method is not None and request_id is not None:
+            send({"id": request_id, "error": {"code": -32601, "message": f"no {method}"}})
+        # Notifications and late responses (a question answered after its turn) are dropped.
+
+
+if __name__ == "__main__":
+    main()
