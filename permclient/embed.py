@@ -218,6 +218,9 @@ class _Embedded:
         self._finished = threading.Event()
         self._closed_reason: str | None = None
         self._startup_error: BaseException | None = None
+        # The open registrations, held here: a generator-based context manager that
+        # is garbage collected would unregister itself.
+        self._registrations: set[contextlib.AbstractContextManager[None]] = set()
 
     # --------------------------------------------------------------- trio side
 
@@ -350,9 +353,11 @@ class _Embedded:
         client = self._require_client()
         context = client.permission_handler(session_id, self._wrap(fn))
         context.__enter__()
+        self._registrations.add(context)
         return Registration(functools.partial(self._unregister, context))
 
     def _unregister(self, context: contextlib.AbstractContextManager[None]) -> None:
+        self._registrations.discard(context)
         context.__exit__(None, None, None)
 
     def _require_client(self) -> Client:
