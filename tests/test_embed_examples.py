@@ -1,0 +1,100 @@
+"""The embedding examples run, non-interactively, against ``simhost runtime``.
+
+The tkinter example needs a display: an existing ``$DISPLAY``, else an ``Xvfb``
+we start for the test (Debian package ``xvfb``); with neither, it skips and says why.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def run_example(name: str, *args: str, env: dict[str, str] | None = None) -> str:
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLES / name), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+@pytest.mark.parametrize(("auto", "written"), [("allow", True), ("deny", False)])
+def test_asyncio_host_approves_through_its_callback(
+    tmp_path: Path, auto: str, written: bool
+) -> None:
+    out = run_example("asyncio_host.py", "--workspace", str(tmp_path), "--auto", auto)
+    assert "permission asked: fs.write: notes.txt (edit)" in out
+    assert f"answered: {auto}" in out
+    assert "turn ended: end_turn" in out and out.rstrip().endswith("runtime stopped")
+    assert (tmp_path / "notes.txt").exists() is written
+
+
+@pytest.mark.parametrize(("auto", "written"), [("allow", True), ("deny", False)])
+def test_threaded_plugin_shows_cards_on_its_ui_thread(
+    tmp_path: Path, auto: str, written: bool
+) -> None:
+    out = run_example("threaded_plugin.py", "--workspace", str(tmp_path), "--auto", auto)
+    assert "[ui-main] card: fs.write: notes.txt" in out
+    assert f"[click] clicked: {auto}" in out
+    assert "turn ended: end_turn" in out and out.rstrip().endswith("runtime stopped")
+    assert (tmp_path / "notes.txt").exists() is written
+
+
+@pytest.fixture(scope="module")
+def display() -> Iterator[str]:
+    """A usable X display: ``$DISPLAY`` if set, else a private Xvfb, else skip."""
+    try:
+        import tkinter  # noqa: F401
+    except ImportError as exc:  # pragma: no cover - depends on the Python build
+        pytest.skip(f"tkinter is not available in this Python: {exc}")
+    if os.environ.get("DISPLAY"):
+        yield os.environ["DISPLAY"]
+        return
+    xvfb = shutil.which("Xvfb")
+    if xvfb is None:
+        pytest.skip("no $DISPLAY and no Xvfb on PATH (install Debian's 'xvfb' package)")
+    # -displayfd: Xvfb picks a free display number and writes it to our pipe when ready.
+    server = subprocess.Popen(
+        [xvfb, "-displayfd", "1", "-nolisten", "tcp", "-screen", "0", "800x600x24"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert server.stdout is not None
+        ready, _, _ = select.select([server.stdout], [], [], 15)
+        line = server.stdout.readline().strip() if ready else b""
+        if not line:
+            pytest.skip("Xvfb did not start within 15 s")
+        yield f":{line.decode()}"
+    finally:
+        server.terminate()
+        server.wait(10)
+        if server.stdout is not None:
+            server.stdout.close()
+
+
+@pytest.mark.parametrize(("auto", "written"), [("allow", True), ("deny", False)])
+def test_tk_approver_card_buttons_answer_under_a_virtual_display(
+    display: str, tmp_path: Path, auto: str, written: bool
+) -> None:
+    env = {**os.environ, "DISPLAY": display}
+    out = run_example("tk_approver.py", "--workspace", str(tmp_path), "--auto", auto, env=env)
+    assert "permission asked: fs.write: notes.txt" in out
+    assert f"clicked: {auto}" in out
+    assert "turn ended: end_turn" in out
+    assert out.rstrip().endswith("runtime stopped")
+    assert (tmp_path / "notes.txt").exists() is written
