@@ -269,9 +269,10 @@ def _policy_arg(policy: str, base_dir: Path | None) -> str:
     return policy
 
 
-def _fill(text: str, values: dict[str, str]) -> str:
+def _fill(text: str, values: dict[str, str], *, pattern: bool = False) -> str:
+    """``text`` with ``{key}`` replaced by its value (escaped when ``text`` is a pattern)."""
     for key, value in values.items():
-        text = text.replace("{" + key + "}", value)
+        text = text.replace("{" + key + "}", re.escape(value) if pattern else value)
     return text
 
 
@@ -281,18 +282,21 @@ def _filled_turn(turn: TurnSpec, values: dict[str, str]) -> TurnSpec:
     def f(text: str) -> str:
         return _fill(text, values)
 
+    def p(text: str) -> str:
+        return _fill(text, values, pattern=True)
+
     expect = turn.expect
     return msgspec.structs.replace(
         turn,
         prompt=f(turn.prompt),
-        requests=[msgspec.structs.replace(r, title=f(r.title)) for r in turn.requests],
+        requests=[msgspec.structs.replace(r, title=p(r.title)) for r in turn.requests],
         expect=msgspec.structs.replace(
             expect,
             files_exist=[f(p) for p in expect.files_exist],
             files_absent=[f(p) for p in expect.files_absent],
             file_contains={f(k): f(v) for k, v in expect.file_contains.items()},
             reply_contains=[f(t) for t in expect.reply_contains],
-            tool_status={f(k): v for k, v in expect.tool_status.items()},
+            tool_status={p(k): v for k, v in expect.tool_status.items()},
         ),
     )
 
@@ -666,10 +670,16 @@ class _Run:
         backend: Backend = (
             AcpBackend(client, self.workspace) if client.dialect == "acp" else BridgeBackend(client)
         )
-        try:
-            await backend.start()
-        except PermclientError as exc:
-            self.violations.append(f"the agent did not initialize: {exc}{self._tail()}")
+        why = ""
+        with trio.move_on_after(self.turn_timeout) as limit:
+            try:
+                await backend.start()
+            except PermclientError as exc:
+                why = str(exc)
+        if limit.cancelled_caught:
+            why = f"no answer to initialize within {self.turn_timeout:g} s"
+        if why:
+            self.violations.append(f"the agent did not initialize: {why}{self._tail()}")
             self._not_run_all("the agent did not initialize")
             return
         async with trio.open_nursery() as nursery:
@@ -713,10 +723,16 @@ class _Run:
     async def _run_session(
         self, client: Client, backend: Backend, label: str, turns: list[TurnSpec]
     ) -> None:
-        try:
-            session_id, _ = await backend.new_session(label)
-        except PermclientError as exc:
-            self._not_run(label, turns, 0, f"the session could not be opened: {exc}{self._tail()}")
+        session_id = why = ""
+        with trio.move_on_after(self.turn_timeout) as limit:
+            try:
+                session_id, _ = await backend.new_session(label)
+            except PermclientError as exc:
+                why = str(exc)
+        if limit.cancelled_caught:
+            why = f"no answer within {self.turn_timeout:g} s"
+        if why:
+            self._not_run(label, turns, 0, f"the session could not be opened: {why}{self._tail()}")
             return
         self.ledger.labels[session_id] = label
         session = _Session(self, session_id, label, len(turns))
