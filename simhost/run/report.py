@@ -58,7 +58,8 @@ def stats_line(result: ScenarioResult) -> str:
     return (
         f"{result.name}: {verdict}: {len(result.turns) - failed}/{len(result.turns)} turns "
         f"passed, {len(result.violations)} invariant violation(s), {result.requests} "
-        f"permission request(s); wall time {result.wall_s:.2f} s; answer latency median "
+        f"permission request(s); wall time {result.wall_s:.2f} s "
+        f"(sessions {result.sessions_s:.2f} s); answer latency median "
         f"{_ms(result.latency_median_ms)}, p99 {_ms(result.latency_p99_ms)} "
         f"(n={len(result.latencies_ms)})"
     )
@@ -180,6 +181,7 @@ def junit_xml(results: Sequence[ScenarioResult]) -> str:
             ("repeat", str(result.repeat)),
             ("requests", str(result.requests)),
             ("wall_s", f"{result.wall_s:.3f}"),
+            ("sessions_s", f"{result.sessions_s:.3f}"),
             ("latency_median_ms", _ms(result.latency_median_ms).removesuffix(" ms")),
             ("latency_p99_ms", _ms(result.latency_p99_ms).removesuffix(" ms")),
         ):

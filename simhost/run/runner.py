@@ -140,6 +140,7 @@ class ScenarioResult(msgspec.Struct, kw_only=True):
     violations: list[str]
     """Built-in invariants that did not hold, and failures of the run itself."""
     wall_s: float
+    """From the first agent's start to the last one's exit, every repeat included."""
     latencies_ms: list[float]
     """Answer latency of every request a handler answered (telemetry ``latency_ms``)."""
     latency_median_ms: float | None = None
@@ -151,6 +152,8 @@ class ScenarioResult(msgspec.Struct, kw_only=True):
     repeat: int = 1
     requests: int = 0
     """Permission requests seen, in all."""
+    sessions_s: float = 0.0
+    """The part of ``wall_s`` the sessions ran (the agent's start and exit left out)."""
 
 
 class RunEvent(msgspec.Struct, frozen=True, kw_only=True):
@@ -639,6 +642,7 @@ class _Run:
         self.violations: list[str] = []
         self.turns: list[TurnResult] = []
         self.stderr_tail: Callable[[], str] = lambda: ""
+        self.sessions_s = 0.0
 
     def event(
         self,
@@ -682,6 +686,7 @@ class _Run:
             self.violations.append(f"the agent did not initialize: {why}{self._tail()}")
             self._not_run_all("the agent did not initialize")
             return
+        started = time.perf_counter()
         async with trio.open_nursery() as nursery:
             for spec in self.scenario.sessions:
                 for copy in range(1, spec.copies + 1):
@@ -694,6 +699,7 @@ class _Run:
                     }
                     turns = [_filled_turn(t, values) for t in spec.turns]
                     nursery.start_soon(self._run_session, client, backend, label, turns)
+        self.sessions_s = time.perf_counter() - started
 
     def _tail(self) -> str:
         tail = self.stderr_tail().strip()
@@ -1013,6 +1019,7 @@ async def run_scenario(
     violations: list[str] = []
     latencies: list[float] = []
     requests = 0
+    sessions_s = 0.0
     argv_text = ""
     started = time.perf_counter()
     for number in range(1, repeats + 1):
@@ -1031,6 +1038,7 @@ async def run_scenario(
         violations.extend(prefix + v for v in run.violations + run.ledger.violations)
         latencies.extend(run.ledger.latencies_ms)
         requests += run.ledger.requests
+        sessions_s += run.sessions_s
     wall = time.perf_counter() - started
     median, p99 = percentile(latencies, 0.5), percentile(latencies, 0.99)
     return ScenarioResult(
@@ -1047,6 +1055,7 @@ async def run_scenario(
         seed=seed,
         repeat=repeats,
         requests=requests,
+        sessions_s=round(sessions_s, 6),
     )
 
 
