@@ -17,7 +17,13 @@ from typer.testing import CliRunner
 
 from permclient import Cancelled, PermissionOption, Selected
 from simhost.cli import app
-from simhost.run.runner import NoSuchOption, choose_decision, match_request, percentile
+from simhost.run.runner import (
+    NoSuchOption,
+    answer_delay_ms,
+    choose_decision,
+    match_request,
+    percentile,
+)
 from simhost.run.scenario import ExpectedRequest, load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -385,3 +391,14 @@ def test_percentile_is_nearest_rank() -> None:
     assert percentile(values, 0.5) == 50.0
     assert percentile(values, 0.99) == 99.0
     assert percentile([3.0], 0.99) == 3.0
+
+
+def test_answer_delay_is_seeded_per_request_not_by_arrival_order() -> None:
+    plain = expected("x", delay_ms=25)
+    assert answer_delay_ms(plain, 1, "a") == answer_delay_ms(plain, 2, "b") == 25
+    jittery = expected("x", delay_ms=10, jitter_ms=50)
+    keys = [f"1/alpha#{k} turn 1/call-1" for k in range(1, 41)]
+    first = [answer_delay_ms(jittery, 7, key) for key in keys]
+    assert first == [answer_delay_ms(jittery, 7, key) for key in reversed(keys)][::-1]
+    assert all(10 <= d <= 60 for d in first) and len(set(first)) > 5
+    assert first != [answer_delay_ms(jittery, 8, key) for key in keys]

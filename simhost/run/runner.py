@@ -83,6 +83,7 @@ __all__ = [
     "ScenarioResult",
     "TurnResult",
     "agent_argv",
+    "answer_delay_ms",
     "choose_decision",
     "match_request",
     "percentile",
@@ -230,6 +231,18 @@ def choose_decision(answer: Answer, options: Sequence[PermissionOption]) -> Deci
             return Selected(option.option_id)
     offered = ", ".join(f"{o.option_id} ({o.kind})" for o in options) or "nothing"
     raise NoSuchOption(f"answer {answer!r} needs an option of kind {kind}; offered: {offered}")
+
+
+def answer_delay_ms(expected: ExpectedRequest, seed: int, key: str) -> int:
+    """How long to wait before answering: ``delay_ms`` plus 0…``jitter_ms`` from the seed.
+
+    The jitter is drawn from ``seed`` and ``key`` (the runner's key names the
+    repeat, the session, the turn and the tool call), never from the order in
+    which requests arrive, so the same seed waits the same way again.
+    """
+    if not expected.jitter_ms:
+        return expected.delay_ms
+    return expected.delay_ms + random.Random(f"{seed}/{key}").randint(0, expected.jitter_ms)
 
 
 def percentile(values: Sequence[float], fraction: float) -> float | None:
@@ -532,11 +545,8 @@ class _Turn:
             )
             return Cancelled()
         expected = self.spec.requests[index]
-        delay_ms = expected.delay_ms
-        if expected.jitter_ms:
-            # Seeded per request, so the jitter does not depend on arrival order.
-            jitter_key = f"{self.run.seed}/{self.run.repeat}/{self.name}/{call.tool_call_id}"
-            delay_ms += random.Random(jitter_key).randint(0, expected.jitter_ms)
+        jitter_key = f"{self.run.repeat}/{self.name}/{call.tool_call_id}"
+        delay_ms = answer_delay_ms(expected, self.run.seed, jitter_key)
         if delay_ms:
             await trio.sleep(delay_ms / 1000)
         if self.cancelling:
