@@ -99,7 +99,8 @@ class PermissionHandle:
         self._callbacks: list[Callable[[PermissionHandle], object]] = []
 
     def __repr__(self) -> str:
-        state = "withdrawn" if self._withdrawn else repr(self._decision) or "open"
+        decision = self._decision
+        state = "withdrawn" if self._withdrawn else "open" if decision is None else repr(decision)
         tool_call = self.request.tool_call.tool_call_id
         return f"<PermissionHandle {self.request.session_id}/{tool_call} {state}>"
 
