@@ -802,7 +802,9 @@ class Client:
             return
         entry = stack[-1]
         # Equal strings and options, shared rather than held once per pending request.
-        request.session_id = session_id = entry.session_id
+        # (Only when equal, as routing makes them: anything else must stay visible.)
+        if session_id == entry.session_id:
+            request.session_id = session_id = entry.session_id
         state = _Inbound(request_id, session_id, self._now())
         shared = state.shared_options = self._share_options(request.options)
         if shared is not None:

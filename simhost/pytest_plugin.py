@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -57,17 +57,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-def _agent_from_options(config: pytest.Config) -> AgentSpec | None:
-    command = config.getoption("--simhost-agent", default=None)
-    dialect = config.getoption("--simhost-dialect", default=None)
-    if command is None and dialect is None:
-        return None
-    from simhost.run.scenario import AgentSpec
-
-    chosen: Literal["bridge", "acp"] = (
-        "acp" if dialect == "acp" or (dialect is None and command) else "bridge"
+def _agent_options(config: pytest.Config) -> tuple[str | None, str | None]:
+    """``--simhost-agent`` and ``--simhost-dialect``, as given (``None`` when not)."""
+    return (
+        config.getoption("--simhost-agent", default=None),
+        config.getoption("--simhost-dialect", default=None),
     )
-    return AgentSpec(command=command, dialect=chosen)
 
 
 # ------------------------------------------------------------------ building
@@ -129,8 +124,9 @@ def session(name: str, *turns: TurnSpec, copies: int = 1) -> SessionSpec:
 class SimhostRunner:
     """What the ``simhost`` fixture gives a test."""
 
-    def __init__(self, agent: AgentSpec | None, tmp_path: Path) -> None:
-        self.agent = agent
+    def __init__(self, agent_options: tuple[str | None, str | None], tmp_path: Path) -> None:
+        self.agent_options = agent_options
+        """``--simhost-agent`` and ``--simhost-dialect`` (``None`` when not given)."""
         self.tmp_path = tmp_path
 
     def scenario(
@@ -197,20 +193,17 @@ class SimhostRunner:
         pytest.fail("\n".join(lines), pytrace=False)
 
     def _agent_for(self, scenario: Scenario) -> AgentSpec | None:
-        if self.agent is None:
-            return None
-        # The command line's agent, keeping the scenario's policy for the reference one.
-        from simhost.run.scenario import AgentSpec
+        # Exactly what `simhost run --agent/--dialect` does with the same scenario.
+        from simhost.run.cli import _agent_for
 
-        return AgentSpec(
-            command=self.agent.command, dialect=self.agent.dialect, policy=scenario.agent.policy
-        )
+        command, dialect = self.agent_options
+        return _agent_for(scenario, command, dialect)
 
 
 @pytest.fixture
 def simhost(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SimhostRunner]:
     """Run approval scenarios against the agent (``--simhost-agent``, default the reference)."""
-    yield SimhostRunner(_agent_from_options(request.config), tmp_path)
+    yield SimhostRunner(_agent_options(request.config), tmp_path)
 
 
 # ------------------------------------------------------------ scenario files
@@ -234,7 +227,7 @@ class ScenarioItem(pytest.Item):
     """Runs one scenario file and fails with its report."""
 
     def runtest(self) -> None:
-        runner = SimhostRunner(_agent_from_options(self.config), self.path.parent)
+        runner = SimhostRunner(_agent_options(self.config), self.path.parent)
         runner.check(runner.run(self.path))
 
     def repr_failure(

@@ -1008,6 +1008,23 @@ async def test_requests_offering_the_same_options_share_them_and_answers_stay_ex
             assert not client._options_in_use  # held only while a request is pending
 
 
+async def test_sharing_never_rewrites_the_session_a_request_named(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Were routing ever wrong, the handler must still see the session the request
+    # named (a scenario runner's routing check depends on it), not its own.
+    async with connected() as (client, peer):
+        waiter = Waiter()
+        with client.permission_handler("s-A", waiter):
+            stacks = client._permission_handlers
+            monkeypatch.setitem(stacks, "s-B", stacks["s-A"])  # sabotage: B routed to A
+            await peer.ask_permission("s-B", request_id=0)
+            await waiter.arrived.wait()
+            assert waiter.seen[0].session_id == "s-B"
+            waiter.release.set()
+            await peer.receive()
+
+
 async def test_options_carrying_meta_are_not_shared_and_still_answer_exactly() -> None:
     options = [
         {"optionId": "allow", "name": "Allow", "kind": "allow_once", "_meta": {"k": [1]}},

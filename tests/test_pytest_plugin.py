@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from simhost.pytest_plugin import SimhostRunner, answer, session, turn
 pytest_plugins = ("pytester",)
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "test_approvals_with_simhost.py"
+ROGUE = Path(__file__).resolve().parent / "fake_agents" / "rogue_acp_agent.py"
 
 GOOD = """
 [[sessions]]
@@ -73,3 +75,23 @@ def test_the_example_test_file_passes(pytester: pytest.Pytester) -> None:
     shutil.copy(EXAMPLE, pytester.path / EXAMPLE.name)
     result = pytester.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(passed=2)
+
+
+def test_simhost_dialect_keeps_the_scenarios_own_agent(pytester: pytest.Pytester) -> None:
+    # The scenario's agent completes a tool it was denied: the run must fail with
+    # --simhost-dialect too (it must not quietly run the reference runtime instead).
+    liar = f"""
+[agent]
+command = "{sys.executable} {ROGUE} complete-anyway"
+dialect = "acp"
+[[sessions]]
+name = "victim"
+  [[sessions.turns]]
+  prompt = "create rogue.txt with x"
+  requests = [{{ title = "rogue\\\\.txt", kind = "edit", count = 1, answer = "reject" }}]
+"""
+    pytester.makefile(".toml", simhost_liar=liar)
+    for extra in ([], ["--simhost-dialect", "acp"]):
+        result = pytester.runpytest("-p", "no:cacheprovider", *extra)
+        result.assert_outcomes(failed=1)
+        result.stdout.fnmatch_lines(["*completed*"])
