@@ -738,6 +738,12 @@ class Client:
             log.warning("refused request %r (%s): %s", message.id, message.method, why)
             if message.method == PERMISSION_METHOD:
                 self._queue(encode_result(message.id, _PERMISSION_CANCELLED))
+                self._emit(
+                    "approval.refused",
+                    request_id=message.id,
+                    session_id=self._session_id_of(message.params),
+                    reason=why,
+                )
             else:
                 self._queue(encode_error(message.id, ErrorCode.INTERNAL_ERROR, why))
             return

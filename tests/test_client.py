@@ -936,7 +936,9 @@ async def test_a_peer_that_never_reads_cannot_grow_our_write_buffer_without_end(
 
 
 async def test_past_max_pending_a_permission_request_is_answered_cancelled_at_once() -> None:
-    async with connected(max_pending=2) as (client, peer):
+    sink = io.StringIO()
+    telemetry = permclient.JsonlTelemetry(sink)
+    async with connected(max_pending=2, telemetry=telemetry) as (client, peer):
         waiter = Waiter()
         with client.permission_handler("s", waiter):
             for n in range(3):
@@ -944,6 +946,11 @@ async def test_past_max_pending_a_permission_request_is_answered_cancelled_at_on
             assert await peer.receive() == {"jsonrpc": "2.0", "id": 2, "result": CANCELLED}
             await trio.testing.wait_all_tasks_blocked()
             assert sorted(r.tool_call.tool_call_id for r in waiter.seen) == ["c0", "c1"]
+    refused = [e for e in map(json.loads, sink.getvalue().splitlines()) if "refused" in e["event"]]
+    assert [(e["event"], e["request_id"], e["session_id"]) for e in refused] == [
+        ("approval.refused", 2, "s")
+    ]
+    assert "more than 2" in refused[0]["reason"]
 
 
 async def test_held_notifications_are_bounded_and_the_newest_are_kept(
