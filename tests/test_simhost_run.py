@@ -13,18 +13,29 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 from typer.testing import CliRunner
 
-from permclient import Cancelled, PermissionOption, Selected
+from permclient import Cancelled, PermissionOption, PermissionRequest, Selected, ToolCallUpdate
 from simhost.cli import app
 from simhost.run.runner import (
     NoSuchOption,
+    _Run,
+    _Session,
+    _Turn,
     answer_delay_ms,
     choose_decision,
     match_request,
     percentile,
 )
-from simhost.run.scenario import ExpectedRequest, load_scenario
+from simhost.run.scenario import (
+    AgentSpec,
+    ExpectedRequest,
+    Scenario,
+    SessionSpec,
+    TurnSpec,
+    load_scenario,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples" / "scenarios"
@@ -220,6 +231,76 @@ name = "victim"
         "permission request 1001 named session 'ghost' (not opened by this run), "
         "which had no turn running: answered cancelled"
     ]
+
+
+def test_a_question_after_the_turn_ended_is_answered_cancelled_and_reported(
+    tmp_path: Path,
+) -> None:
+    # The agent ends its turn, then asks: the turn's handler must not answer it
+    # as scripted ("allow"), nor count it; it is a question with no turn running.
+    path = scenario_file(
+        tmp_path,
+        "late",
+        rogue("ask-after-turn")
+        + """
+[[sessions]]
+name = "victim"
+  [[sessions.turns]]
+  prompt = "one"
+  requests = [{ title = "late", answer = "allow" }]
+""",
+    )
+    junit, json_path = reports(tmp_path)
+    result = simhost_run(path, "--junit", junit, "--json", json_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    _, data = read_reports(junit, json_path)
+    [turn] = data["scenarios"][0]["turns"]
+    assert turn["failures"] == [
+        "expected at least one permission request matching 'late', got none"
+    ]
+    assert turn["requests"] == 0
+    [violation] = data["scenarios"][0]["violations"]
+    assert violation in (
+        "victim turn 1: permission request 'fs.write: late.txt' (tool call late-1) arrived "
+        "after the turn had ended, with no turn running: answered cancelled",
+        "permission request 2001 named session victim, which had no turn running: "
+        "answered cancelled",
+    )
+
+
+def test_a_handler_given_another_sessions_request_judges_by_the_session_it_named(
+    tmp_path: Path,
+) -> None:
+    # A misrouted request whose session_id was rewritten to the handler's own: the
+    # telemetry still says which session the request named.
+    turn_spec = TurnSpec(prompt="hi", requests=[ExpectedRequest(title="x")])
+    scenario = Scenario(sessions=[SessionSpec(name="b", turns=[turn_spec])])
+    run = _Run(
+        scenario,
+        AgentSpec(),
+        seed=0,
+        repeat=1,
+        workspace=tmp_path,
+        on_event=None,
+        turn_timeout=5,
+    )
+    session = _Session(run, "s-b", "b", 1)
+    turn = _Turn(run, session, turn_spec, 1)
+    run.ledger.emit("server_request.start", request_id=7, method="session/request_permission")
+    run.ledger.emit(
+        "approval.requested", request_id=7, session_id="s-a", tool_call_id="t1", options=["y"]
+    )
+    request = PermissionRequest(
+        session_id="s-b",
+        tool_call=ToolCallUpdate(tool_call_id="t1", title="x"),
+        options=(PermissionOption("y", "Allow", "allow_once"),),
+    )
+    decision = trio.run(turn.handle, request)
+    assert isinstance(decision, Cancelled)
+    assert run.violations == [
+        "b turn 1: its handler was given a request for session 's-a': answered cancelled"
+    ]
+    assert turn.counts == [0]
 
 
 def test_a_card_left_open_when_the_turn_ends_is_reported(tmp_path: Path) -> None:

@@ -40,6 +40,7 @@ number, so that copies can work on files of their own.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import math
@@ -369,6 +370,22 @@ class _Ledger:
         self.tools: dict[tuple[str, str], _ToolRecord] = {}
         self.option_kinds: dict[tuple[str, str], dict[str, str]] = {}
         self.frozen = False
+        self.arrivals: dict[str, collections.deque[tuple[str | None, bool]]] = {}
+        """Tool call id -> (the session each request named, whether it came after its
+        session's prompt had returned), in the order the requests arrived; taken by
+        the handlers as they start."""
+        self.is_late: Callable[[str | None], bool] = lambda session_id: False
+        """Whether a request naming this session now comes with no turn running."""
+
+    def take_arrival(self, tool_call_id: str) -> tuple[str | None, bool] | None:
+        """The oldest arrival record of a request for ``tool_call_id`` not yet handled."""
+        queue = self.arrivals.get(tool_call_id)
+        if not queue:
+            return None
+        arrival = queue.popleft()
+        if not queue:
+            del self.arrivals[tool_call_id]
+        return arrival
 
     def label(self, session_id: str | None) -> str:
         if session_id is None:
@@ -403,6 +420,10 @@ class _Ledger:
             approval = self.approvals.setdefault(request_id, _Approval(None, None))
             approval.session_id = fields.get("session_id")
             approval.tool_call_id = fields.get("tool_call_id")
+            # Recorded here, in the reader, in the order things came on the wire.
+            late = self.is_late(approval.session_id)
+            queue = self.arrivals.setdefault(str(approval.tool_call_id), collections.deque())
+            queue.append((approval.session_id, late))
         elif event in ("approval.responded", "approval.cancelled"):
             self._answered(request_id, fields)
             if event == "approval.responded" and isinstance(fields.get("latency_ms"), float | int):
@@ -494,6 +515,9 @@ class _Turn:
         self.cancel_reason = ""
         self.cancel_requested = trio.Event()
         self.stop_reason: str | None = None
+        self.ended = False
+        self.prompt_sent = False
+        """The prompt has returned (and the turn was not being cancelled)."""
 
     @property
     def name(self) -> str:
@@ -513,10 +537,21 @@ class _Turn:
     async def handle(self, request: PermissionRequest) -> Decision:
         """The turn's permission handler (registered for exactly its session)."""
         session = self.session
-        if request.session_id != session.id:
+        arrival = self.run.ledger.take_arrival(request.tool_call.tool_call_id)
+        named, late = arrival if arrival is not None else (request.session_id, False)
+        if request.session_id != session.id or named != session.id:
+            wrong = named if named != session.id else request.session_id
             self.run.violations.append(
                 f"{self.name}: its handler was given a request for session "
-                f"{request.session_id!r}: answered cancelled"
+                f"{wrong!r}: answered cancelled"
+            )
+            return Cancelled()
+        if (late or self.ended) and not self.cancelling:
+            # The agent asks after its turn ended: no turn is running for the session.
+            self.run.violations.append(
+                f"{self.name}: permission request {request.tool_call.title or ''!r} "
+                f"(tool call {request.tool_call.tool_call_id}) arrived after the turn had "
+                "ended, with no turn running: answered cancelled"
             )
             return Cancelled()
         self.requests += 1
@@ -653,6 +688,19 @@ class _Run:
         self.turns: list[TurnResult] = []
         self.stderr_tail: Callable[[], str] = lambda: ""
         self.sessions_s = 0.0
+        self.sessions: dict[str, _Session] = {}
+        self.ledger.is_late = self._is_late
+        self.client: Client | None = None
+
+    def _is_late(self, session_id: str | None) -> bool:
+        """A request naming ``session_id`` arrives after its turn's prompt has returned."""
+        session = self.sessions.get(session_id) if session_id is not None else None
+        turn = session.turn if session is not None else None
+        if turn is None or turn.cancelling or not turn.prompt_sent:
+            return False
+        if turn.ended:
+            return True
+        return self.client is not None and not _prompt_outstanding(self.client, session_id)
 
     def event(
         self,
@@ -681,6 +729,7 @@ class _Run:
             log.exception("on_event callback failed")
 
     async def run(self, client: Client) -> None:
+        self.client = client
         backend: Backend = (
             AcpBackend(client, self.workspace) if client.dialect == "acp" else BridgeBackend(client)
         )
@@ -752,6 +801,7 @@ class _Run:
             return
         self.ledger.labels[session_id] = label
         session = _Session(self, session_id, label, len(turns))
+        self.sessions[session_id] = session
         self.event("session_started", session)
         passed = True
         with client.on_session_notification(session_id, session.on_notification):
@@ -809,7 +859,10 @@ class _Run:
         async def prompt() -> None:
             try:
                 with prompt_scope:
+                    turn.prompt_sent = True
                     turn.stop_reason = await backend.prompt(session.id, turn.spec.prompt)
+                if not turn.cancelling:
+                    turn.ended = True
             except PermclientError as exc:
                 turn.failures.append(f"the prompt failed: {exc}{self._tail()}")
             finally:
@@ -934,6 +987,32 @@ class _Run:
                         f"it is {final}"
                     )
         return failures
+
+
+_TURN_METHODS: Final = ("session/prompt", "chatSend")
+
+
+def _prompt_outstanding(client: Client, session_id: str | None) -> bool:
+    """Whether ``client`` still waits for the answer to a turn request of ``session_id``.
+
+    Read from the client's table of outbound requests, which its reader updates in
+    the order messages arrive (so a question that follows the prompt's answer on the
+    wire is known to be late, however the tasks are scheduled); when the table
+    cannot be read, True (nothing is called late on a guess).
+    """
+    outbound = getattr(client, "_outbound", None)
+    if not isinstance(outbound, dict):
+        return True
+    for slot in list(outbound.values()):
+        if getattr(slot, "method", None) not in _TURN_METHODS:
+            continue
+        try:
+            params = msgspec.to_builtins(getattr(slot, "params", None))
+        except (TypeError, msgspec.EncodeError):
+            return True
+        if not isinstance(params, dict) or params.get("sessionId") == session_id:
+            return True
+    return False
 
 
 async def _first_of(*waits: Callable[[], Awaitable[object]]) -> None:

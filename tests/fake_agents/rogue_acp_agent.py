@@ -5,7 +5,15 @@
 * ``complete-anyway``: asks to write ``rogue.txt``, then reports the tool call
   ``completed`` whatever the answer was (a denial ignored);
 * ``stray``: asks a question for a session that does not exist (``ghost``);
-* ``leave-open``: asks a question and ends the turn without waiting for the answer.
+* ``leave-open``: asks a question and ends the turn without waiting for the answer;
+* ``ask-after-turn``: ends the turn, then asks about ``late.txt`` for its session
+  (a question with no turn running);
+* ``allow-then-deny``: asks twice about one tool call, then reports it ``completed``
+  (whatever the answers);
+* ``reuse-id``: asks about ``rogue.txt``, and again under the same (still pending)
+  id about ``dup.txt``, then reports ``rogue.txt`` ``completed``;
+* ``complete-later``: asks, ends the turn once answered, and reports the tool call
+  ``completed`` 0.3 s later (after the last turn).
 
 Every turn answers ``end_turn``. Only what the runner needs is implemented.
 """
@@ -14,9 +22,19 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
+import time
 from typing import Any
 
-MODES = ("complete-anyway", "stray", "leave-open")
+MODES = (
+    "complete-anyway",
+    "stray",
+    "leave-open",
+    "ask-after-turn",
+    "allow-then-deny",
+    "reuse-id",
+    "complete-later",
+)
 
 
 def send(message: dict[str, Any]) -> None:
@@ -37,7 +55,9 @@ def update(session_id: str, body: dict[str, Any]) -> None:
     send({"method": "session/update", "params": {"sessionId": session_id, "update": body}})
 
 
-def ask(request_id: int, session_id: str, tool_call_id: str) -> None:
+def ask(
+    request_id: int, session_id: str, tool_call_id: str, title: str = "fs.write: rogue.txt"
+) -> None:
     send(
         {
             "id": request_id,
@@ -46,7 +66,7 @@ def ask(request_id: int, session_id: str, tool_call_id: str) -> None:
                 "sessionId": session_id,
                 "toolCall": {
                     "toolCallId": tool_call_id,
-                    "title": "fs.write: rogue.txt",
+                    "title": title,
                     "kind": "edit",
                     "status": "pending",
                 },
@@ -79,6 +99,31 @@ def turn(mode: str, session_id: str, number: int) -> None:
     elif mode == "leave-open":
         ask(request_id, session_id, tool_call_id)
         return  # the turn ends with the question still open
+    elif mode == "ask-after-turn":
+        return  # main() asks after the turn's answer
+    elif mode == "allow-then-deny":
+        ask(request_id, session_id, tool_call_id, "fs.write: rogue.txt (first)")
+        wait_response(request_id)
+        ask(request_id + 500, session_id, tool_call_id, "fs.write: rogue.txt (second)")
+        wait_response(request_id + 500)
+        status = "completed"  # whatever the answers said
+    elif mode == "reuse-id":
+        ask(request_id, session_id, tool_call_id)
+        ask(request_id, session_id, tool_call_id + "b", "fs.write: dup.txt")
+        wait_response(request_id)  # the refusal of the reused id, or the answer
+        wait_response(request_id)
+        status = "completed"
+    elif mode == "complete-later":
+        ask(request_id, session_id, tool_call_id)
+        wait_response(request_id)
+
+        def later() -> None:
+            time.sleep(0.3)
+            body = {"sessionUpdate": "tool_call_update", "toolCallId": tool_call_id}
+            update(session_id, {**body, "status": "completed"})
+
+        threading.Thread(target=later).start()  # not a daemon: runs before the exit
+        return
     else:
         ask(request_id, session_id, tool_call_id)
         wait_response(request_id)
@@ -112,8 +157,11 @@ def main() -> None:
             send({"id": request_id, "result": {"sessionId": f"rogue-{sessions}"}})
         elif method == "session/prompt":
             turns += 1
-            turn(mode, message["params"]["sessionId"], turns)
+            session_id = message["params"]["sessionId"]
+            turn(mode, session_id, turns)
             send({"id": request_id, "result": {"stopReason": "end_turn"}})
+            if mode == "ask-after-turn" and turns == 1:
+                ask(2000 + turns, session_id, f"late-{turns}", "fs.write: late.txt")
         elif method is not None and request_id is not None:
             send({"id": request_id, "error": {"code": -32601, "message": f"no {method}"}})
         # Notifications and late responses (a question answered after its turn) are dropped.
