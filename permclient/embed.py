@@ -25,6 +25,7 @@ import concurrent.futures
 import contextlib
 import functools
 import logging
+import math
 import os
 import socket
 import threading
@@ -59,6 +60,8 @@ Target: TypeAlias = (
 """What to connect to: an argv to spawn, a connected socket, or an ``open_*`` factory."""
 
 _CLOSED_REASON: Final = "the client was closed"
+_ABANDON_JOIN_S: Final = 10.0
+"""How long an interrupted ``open_blocking`` waits for its trio thread to stop."""
 
 
 # ------------------------------------------------------------------ the handle
@@ -77,6 +80,7 @@ class PermissionHandle:
 
     __slots__ = (
         "_callbacks",
+        "_consumed",
         "_decision",
         "_deliver",
         "_dispatch",
@@ -96,6 +100,7 @@ class PermissionHandle:
         self._lock = threading.Lock()
         self._decision: Decision | None = None
         self._withdrawn = False
+        self._consumed = False  # the trio side took the decision: it is on its way
         self._callbacks: list[Callable[[PermissionHandle], object]] = []
 
     def __repr__(self) -> str:
@@ -121,28 +126,51 @@ class PermissionHandle:
 
     @property
     def decision(self) -> Decision | None:
-        """The host's accepted answer (a non-offered choice reads ``Cancelled()``), or None."""
+        """The answer the runtime gets, as far as this handle knows, or None.
+
+        The host's accepted answer; a non-offered choice reads ``Cancelled()``, and
+        so does an accepted answer that a withdrawal overtook (``withdrawn`` is
+        then True too).
+        """
         return self._decision
 
     def answer(self, decision: Decision) -> bool:
-        """Answer the question; safe from any thread.
+        """Answer the question; safe from any thread; never raises for a bad answer.
 
-        Only ``Selected(option_id)`` with an offered id answers ``selected``;
-        anything else answers ``cancelled``. Returns ``True`` if this call settled
-        the question, ``False`` (and logs a warning) if it was already answered or
-        withdrawn: the first answer is the only one.
+        Only ``Selected(option_id)`` with an offered ``str`` id answers
+        ``selected``; anything else answers ``cancelled``. Returns ``True`` if this
+        call's answer was *accepted for delivery*, ``False`` (and logs a warning)
+        if the question was already answered or withdrawn: the first answer is the
+        only one. A withdrawal that reaches the trio side before an accepted
+        answer still wins: the runtime gets ``cancelled``, the handle becomes
+        ``withdrawn`` (``decision`` reads ``Cancelled()``) and the ``on_cancelled``
+        callbacks run.
         """
-        if not (isinstance(decision, Selected) and decision.option_id in self._offered):
-            if not isinstance(decision, Cancelled):
-                log.warning("answer %r is not an offered choice: answered cancelled", decision)
-            decision = Cancelled()
+        decision = self._checked(decision)
         with self._lock:
             if self._decision is not None or self._withdrawn:
                 log.warning("%r: a second answer (%r) was ignored", self, decision)
                 return False
             self._decision = decision
-        self._deliver()
+        try:
+            self._deliver()
+        except Exception:  # pragma: no cover - delivery only schedules a wake-up
+            log.exception("delivering an answer failed")
         return True
+
+    def _checked(self, decision: object) -> Decision:
+        """``decision`` if it answers ``selected`` or is ``Cancelled``, else ``Cancelled()``."""
+        try:
+            if isinstance(decision, Selected):
+                option_id = decision.option_id
+                if type(option_id) is str and option_id in self._offered:
+                    return decision
+            elif isinstance(decision, Cancelled):
+                return decision
+            log.warning("answer %r is not an offered choice: answered cancelled", decision)
+        except Exception:
+            log.exception("answer %r could not be checked: answered cancelled", decision)
+        return Cancelled()
 
     def cancel(self) -> bool:
         """Answer ``cancelled`` (the user dismissed the card); like :meth:`answer`."""
@@ -153,20 +181,33 @@ class PermissionHandle:
 
         Withdrawn means: before the host answered, the runtime cancelled it, its
         turn was cancelled, or the client closed. Registered after that, the
-        callback is dispatched at once. Never called if the host answered first.
+        callback is dispatched at once. Never called if the host's answer reached
+        the runtime (see :meth:`answer` for a click racing a withdrawal).
         """
         with self._lock:
             if not self._withdrawn:
-                if self._decision is None:
+                if not self._consumed:
                     self._callbacks.append(callback)
                 return
         self._dispatch(functools.partial(callback, self))
 
-    def _withdraw(self) -> None:
+    def _take(self) -> Decision | None:
+        """Trio side: the answer goes to the runtime now; None if withdrawn meanwhile."""
         with self._lock:
-            if self._decision is not None or self._withdrawn:
+            if self._withdrawn:
+                return None
+            self._consumed = True
+            self._callbacks = []
+            return self._decision
+
+    def _withdraw(self) -> None:
+        """Trio side: the runtime gets ``cancelled``; tell the host, unless it already knew."""
+        with self._lock:
+            if self._withdrawn or self._consumed:
                 return
             self._withdrawn = True
+            if self._decision is not None:
+                self._decision = Cancelled()  # accepted, but overtaken by the withdrawal
             callbacks, self._callbacks = self._callbacks, []
         for callback in callbacks:
             try:
@@ -215,6 +256,7 @@ class _Embedded:
         self._client: Client | None = None
         self._stop = threading.Event()  # set by close(), read on the trio side
         self._stop_event: trio.Event | None = None
+        self._connect_scope: trio.CancelScope | None = None
         self._handles: set[PermissionHandle] = set()
         self._finished = threading.Event()
         self._closed_reason: str | None = None
@@ -226,18 +268,23 @@ class _Embedded:
     # --------------------------------------------------------------- trio side
 
     async def _main(self, ready: Callable[[BaseException | None], None]) -> None:
+        # Up to the first checkpoint, so that a _request_stop finds all of these.
         self._token = trio.lowlevel.current_trio_token()
         self._stop_event = trio.Event()
+        self._connect_scope = connect_scope = trio.CancelScope()
         if self._stop.is_set():
-            self._stop_event.set()
+            self._request_stop()
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 try:
-                    async with self._connect() as client:
-                        self._client = client
-                        ready(None)
-                        await self._stop_event.wait()
+                    with connect_scope:
+                        async with self._connect() as client:
+                            self._client = client
+                            ready(None)
+                            await self._stop_event.wait()
+                    if self._client is None:  # closed while connecting
+                        ready(ConnectionClosed("the client was closed while connecting"))
                 except Exception as exc:
                     if self._client is not None:
                         raise
@@ -248,6 +295,9 @@ class _Embedded:
                     self._closed_reason = (
                         self._client.closed_reason if self._client is not None else None
                     ) or _CLOSED_REASON
+                    # The connection is over: what submit() started must not keep the
+                    # run alive (its futures fail with ConnectionClosed).
+                    nursery.cancel_scope.cancel()
         finally:
             # Teardown already withdrew them (the handlers were cancelled); a handle
             # whose handler never got to run must not stay open either.
@@ -256,8 +306,11 @@ class _Embedded:
             self._handles.clear()
 
     def _request_stop(self) -> None:
+        """On the trio thread: leave the connection (or stop connecting)."""
         if self._stop_event is not None:
             self._stop_event.set()
+        if self._client is None and self._connect_scope is not None:
+            self._connect_scope.cancel()
 
     def _soon(self, fn: Callable[[], object]) -> bool:
         """Run ``fn`` on the trio thread soon; False if the run is over."""
@@ -284,8 +337,10 @@ class _Embedded:
         future: concurrent.futures.Future[T] = concurrent.futures.Future()
 
         def start() -> None:
+            if future.cancelled():
+                return  # given up before it started: nothing to send
             nursery = self._nursery
-            if nursery is None or self._finished.is_set():
+            if nursery is None or self._finished.is_set() or nursery.cancel_scope.cancel_called:
                 _fail(future, ConnectionClosed(self._closed_reason or _CLOSED_REASON))
                 return
             try:
@@ -303,6 +358,8 @@ class _Embedded:
         async_fn: Callable[..., Awaitable[T]],
         args: tuple[Any, ...],
     ) -> None:
+        if future.cancelled():
+            return  # cancelled between start_soon and now
         scope = trio.CancelScope()
 
         def on_done(done: concurrent.futures.Future[T]) -> None:
@@ -339,7 +396,12 @@ class _Embedded:
                     handle.cancel()
                 if handle.decision is None:
                     await arrived.wait()
-                decision = handle.decision
+                if trio.current_effective_deadline() == -math.inf:
+                    # Withdrawn as the answer arrived (the wake-up won the race, the
+                    # cancel came with it): the runtime gets `cancelled`, so must the host.
+                    handle._withdraw()
+                    return Cancelled()
+                decision = handle._take()
                 return decision if decision is not None else Cancelled()
             except BaseException:
                 handle._withdraw()  # cancelled: by the peer, the turn or teardown
@@ -352,6 +414,8 @@ class _Embedded:
     def _register(self, session_id: str, fn: HandleFunction) -> Registration:
         """Register on the trio thread (the caller makes sure it is there)."""
         client = self._require_client()
+        if self._stop.is_set() or client.closed_reason is not None:
+            raise ConnectionClosed(client.closed_reason or _CLOSED_REASON)
         context = client.permission_handler(session_id, self._wrap(fn))
         context.__enter__()
         self._registrations.add(context)
@@ -550,17 +614,23 @@ class AsyncioClient:
         coroutine_fn = cast(Callable[[PermissionRequest], Awaitable[Decision]], handler)
 
         def run_task(handle: PermissionHandle) -> None:
+            if handle.done:
+                return  # withdrawn before its turn on the loop: no task for it
             task = asyncio.ensure_future(coroutine_fn(handle.request))
 
             def finished(task: asyncio.Future[Decision]) -> None:
                 if handle.done:
                     return
-                if task.cancelled() or task.exception() is not None:
-                    if not task.cancelled():
-                        log.error("permission handler failed", exc_info=task.exception())
+                try:
+                    if task.cancelled() or task.exception() is not None:
+                        if not task.cancelled():
+                            log.error("permission handler failed", exc_info=task.exception())
+                        handle.cancel()
+                    else:
+                        handle.answer(task.result())
+                except Exception:  # exactly one answer, whatever went wrong
+                    log.exception("answering from a permission handler failed")
                     handle.cancel()
-                else:
-                    handle.answer(task.result())
 
             task.add_done_callback(finished)
             handle.on_cancelled(lambda _handle: task.cancel())
@@ -707,9 +777,14 @@ class _ThreadDispatch:
         thread = threading.Thread(
             target=self._run, args=(fn,), name="permclient-handler", daemon=True
         )
-        with self._lock:
+        with self._lock:  # started under the lock: join() never sees an unstarted thread
+            thread.start()
             self._threads.add(thread)
-        thread.start()
+
+    def owns_current_thread(self) -> bool:
+        """True on one of our worker threads (a handler or callback running)."""
+        with self._lock:
+            return threading.current_thread() in self._threads
 
     def _run(self, fn: Callable[[], object]) -> None:
         try:
@@ -745,7 +820,6 @@ class BlockingClient(_Embedded):
             dispatch = self._thread_dispatch = _ThreadDispatch()
         super().__init__(connect, dispatch)
         self._thread: threading.Thread | None = None
-        self._close_lock = threading.Lock()
 
     def _start(self) -> None:
         started = threading.Event()
@@ -770,7 +844,13 @@ class BlockingClient(_Embedded):
 
         self._thread = threading.Thread(target=run, name="permclient-trio", daemon=True)
         self._thread.start()
-        started.wait()
+        try:
+            started.wait()
+        except BaseException:  # Ctrl-C while connecting: stop the run, leave nothing behind
+            self._stop.set()
+            self._soon(self._request_stop)
+            self._thread.join(_ABANDON_JOIN_S)
+            raise
         if error:
             self._thread.join()
             raise error[0]
@@ -818,7 +898,8 @@ class BlockingClient(_Embedded):
         try:
             return future.result(timeout)
         except concurrent.futures.TimeoutError:
-            future.cancel()
+            if not future.cancel():  # the result came as the timeout fired: take it
+                return future.result(0)
             raise TimeoutError(f"no response in {timeout} s; the request was cancelled") from None
         except BaseException:
             future.cancel()  # KeyboardInterrupt while waiting: give the request up
@@ -849,16 +930,19 @@ class BlockingClient(_Embedded):
         Blocks until the trio thread is done and the dispatched ``on_cancelled``
         callbacks have run (handlers should return promptly; a default-dispatch
         handler still running is waited for). Idempotent and safe from any thread
-        but the trio thread itself.
+        but the trio thread itself, several at once. Called from a default-dispatch
+        worker (a handler, an ``on_cancelled`` callback) it waits only for the
+        trio run to finish, never for the workers (itself among them).
         """
         self._check_thread()
-        with self._close_lock:
-            self._stop.set()
-            self._soon(self._request_stop)
-            if self._thread is not None:
-                self._thread.join()
-            if self._thread_dispatch is not None:
-                self._thread_dispatch.join()
+        self._stop.set()
+        self._soon(self._request_stop)
+        # No lock held while waiting: a callback that closes too must not wait on us.
+        if self._thread is not None:
+            self._thread.join()
+        dispatch = self._thread_dispatch
+        if dispatch is not None and not dispatch.owns_current_thread():
+            dispatch.join()
 
     def __enter__(self) -> BlockingClient:
         return self
