@@ -3,17 +3,21 @@ teardown cases, plus threads: 8 at once, answers from anywhere, dispatch honoure
 
 from __future__ import annotations
 
+import functools
 import queue
+import signal
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
-from permclient import ConnectionClosed, Selected
+from permclient import Cancelled, ConnectionClosed, Selected
 from permclient.embed import BlockingClient, PermissionHandle, open_blocking
 
 from .peer import CANCELLED, selected
@@ -440,3 +444,180 @@ def test_end_to_end_closing_with_a_question_open_answers_it_and_stops_the_runtim
 def test_an_argv_that_cannot_start_raises_at_once(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         open_blocking([str(tmp_path / "no-such-runtime")])
+
+
+# ---------------------------------------------------------- 8. review regressions
+
+
+def test_close_from_an_on_cancelled_callback_while_another_thread_closes_returns() -> None:
+    """B1: a callback that closes while the host closes must not wait for the host's join."""
+    ours, theirs = socket_pair()
+    peer = SyncPeer(theirs)
+    client = open_blocking(ours)
+    handles: queue.Queue[PermissionHandle] = queue.Queue()
+    closed_in_callback = threading.Event()
+
+    def close_from_callback(_handle: PermissionHandle) -> None:
+        client.close()  # "the question went away: shut the plugin down"
+        closed_in_callback.set()
+
+    def card(handle: PermissionHandle) -> None:
+        handle.on_cancelled(close_from_callback)
+        handles.put(handle)
+
+    client.permission_handler("s", card)
+    peer.ask_permission("s", "c1", 1)
+    handle = handles.get(timeout=TIMEOUT_S)
+    closer = threading.Thread(target=client.close, name="host-quits", daemon=True)
+    closer.start()
+    closer.join(TIMEOUT_S)
+    assert not closer.is_alive(), "close() deadlocked with a closing on_cancelled callback"
+    assert closed_in_callback.is_set()  # the host's close() waited for the callback
+    assert handle.withdrawn
+    assert peer.receive() == {"jsonrpc": "2.0", "id": 1, "result": CANCELLED}
+    peer.close()
+
+
+def test_a_submitted_task_that_never_ends_does_not_keep_close_waiting() -> None:
+    """B2: close() cancels what submit() started; its future fails with ConnectionClosed."""
+    ours, theirs = socket_pair()
+    peer = SyncPeer(theirs)
+    client = open_blocking(ours)
+    future = client.submit(trio.sleep_forever)  # e.g. a status poll against client.client
+    closer = threading.Thread(target=client.close, name="host-quits", daemon=True)
+    closer.start()
+    closer.join(TIMEOUT_S)
+    assert not closer.is_alive(), "close() waited for a submitted task for ever"
+    with pytest.raises(ConnectionClosed):
+        future.result(TIMEOUT_S)
+    peer.close()
+
+
+@pytest.mark.parametrize("wake_up_first", [False, True], ids=["cancel-first", "wake-up-first"])
+def test_a_click_that_a_withdrawal_overtakes_reads_withdrawn(wake_up_first: bool) -> None:
+    """B3: the runtime gets `cancelled`, so the handle says withdrawn and on_cancelled runs.
+
+    The trio thread is held (a submitted task blocking on an Event, no sleep) while
+    the user clicks, so the click's wake-up and the withdrawal reach the trio side
+    in a fixed order: the withdrawal before the wake-up is processed, or right
+    after it (queued behind it), before the woken handler runs.
+    """
+    with connected() as (client, peer):
+        cards = Cards()
+        with client.permission_handler("s", cards):
+            peer.ask_permission("s", "c1", 1)
+            handle = cards.next()
+            holding, release = threading.Event(), threading.Event()
+
+            async def hold_then_withdraw() -> None:
+                holding.set()
+                assert release.wait(TIMEOUT_S)  # blocks the trio thread on purpose
+                withdraw = functools.partial(client.client.cancel_permissions, "s")
+                if wake_up_first:
+                    trio.lowlevel.current_trio_token().run_sync_soon(withdraw)
+                else:
+                    withdraw()
+
+            held = client.submit(hold_then_withdraw)
+            assert holding.wait(TIMEOUT_S)
+            assert handle.answer(Selected("allow")) is True  # accepted for delivery
+            release.set()
+            held.result(TIMEOUT_S)
+            assert peer.receive() == {"jsonrpc": "2.0", "id": 1, "result": CANCELLED}
+            assert cards.withdrawn.get(timeout=TIMEOUT_S) is handle
+            assert handle.withdrawn and handle.done
+            assert handle.decision == Cancelled()
+            assert handle.answer(Selected("allow")) is False
+            assert_nothing_more(peer)
+
+
+class _LooksLikeAllow(str):
+    """A str subclass equal to "allow": not a plain str, so not an offered id."""
+
+    __hash__ = str.__hash__
+
+
+@pytest.mark.parametrize("option_id", [["allow"], {"id": "allow"}, _LooksLikeAllow("allow"), 1])
+def test_an_option_id_that_is_not_a_str_answers_cancelled_and_never_raises(
+    option_id: Any,
+) -> None:
+    """B4: a UI passing a list (unhashable) or another non-str id: answered cancelled."""
+    with connected() as (client, peer):
+        cards = Cards()
+        with client.permission_handler("s", cards):
+            peer.ask_permission("s", "c1", 1)
+            handle = cards.next()
+            assert handle.answer(Selected(option_id)) is True
+            assert handle.decision == Cancelled()
+            assert peer.receive() == {"jsonrpc": "2.0", "id": 1, "result": CANCELLED}
+            assert handle.answer(Selected("allow")) is False
+
+
+def test_ctrl_c_while_open_blocking_connects_stops_the_trio_thread() -> None:
+    """B5: KeyboardInterrupt during open_blocking() leaves no trio thread (nor runtime)."""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("SIGINT reaches the main thread only")
+    trio_threads: list[threading.Thread] = []
+    connect_left = threading.Event()
+    main_thread = threading.main_thread().ident
+    assert main_thread is not None
+
+    @asynccontextmanager
+    async def never_connects() -> AsyncIterator[Any]:
+        trio_threads.append(threading.current_thread())
+        try:
+            # Give open_blocking() the moment to block in its wait for the connection
+            # (a signal earlier would still interrupt the same call, just elsewhere).
+            await trio.sleep(0.2)
+            signal.pthread_kill(main_thread, signal.SIGINT)  # the user presses Ctrl-C
+            await trio.sleep_forever()
+            yield None  # pragma: no cover - never connects
+        finally:
+            connect_left.set()
+
+    with pytest.raises(KeyboardInterrupt):
+        open_blocking(never_connects)
+    assert len(trio_threads) == 1
+    trio_threads[0].join(TIMEOUT_S)
+    assert not trio_threads[0].is_alive(), "the trio thread outlived open_blocking()"
+    assert connect_left.is_set()  # the connection attempt was cancelled, not abandoned
+
+
+def test_close_never_joins_a_dispatch_thread_before_it_started(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """B6: a callback dispatched (from a UI thread) while close() joins the workers."""
+    ours, theirs = socket_pair()
+    peer = SyncPeer(theirs)
+    client = open_blocking(ours)
+    cards = Cards()
+    client.permission_handler("s", cards)
+    peer.ask_permission("s", "c1", 1)
+    handle = cards.next()
+    peer.notify("$/cancelRequest", {"id": 1})
+    assert peer.receive() == {"jsonrpc": "2.0", "id": 1, "result": CANCELLED}
+    assert cards.withdrawn.get(timeout=TIMEOUT_S) is handle
+
+    real_start = threading.Thread.start
+    starting = threading.Event()
+
+    def late_start(self: threading.Thread) -> None:
+        if self.name == "permclient-handler":
+            starting.set()
+            # Widen the window on purpose: start the worker only once close() has
+            # stopped the run and gone on to join the workers.
+            deadline = time.monotonic() + TIMEOUT_S
+            while not client.finished and time.monotonic() < deadline:
+                time.sleep(0.01)
+            time.sleep(0.2)
+        real_start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", late_start)
+    ui = threading.Thread(target=handle.on_cancelled, args=(cards.withdrawn.put,), name="ui")
+    ui.start()
+    assert starting.wait(TIMEOUT_S)  # the UI thread is inside dispatch now
+    client.close()  # must neither raise nor skip the worker
+    assert cards.withdrawn.get(timeout=TIMEOUT_S) is handle
+    ui.join(TIMEOUT_S)
+    assert not ui.is_alive()
+    peer.close()
