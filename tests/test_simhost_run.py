@@ -211,6 +211,65 @@ name = "victim"
     assert data["scenarios"][0]["turns"][0]["passed"] is True
 
 
+COMPLETED_AFTER_DENIAL = (
+    "session victim: tool call call-1 (fs.write: rogue.txt) was reported completed "
+    "after its approval was denied (deny)"
+)
+
+
+@pytest.mark.parametrize(
+    ("mode", "requests", "violations"),
+    [
+        (
+            # allowed, then rejected: the latest decision is what counts
+            "allow-then-deny",
+            '[{ title = "first", count = 1, answer = "allow" },'
+            ' { title = "second", count = 1, answer = "reject" }]',
+            [COMPLETED_AFTER_DENIAL],
+        ),
+        (
+            # a second request under the id of a pending one must not wipe its record
+            "reuse-id",
+            '[{ title = "rogue\\\\.txt", count = 1, answer = "reject" }]',
+            [
+                "permission request 1001 of session victim: the agent reused its id for "
+                "another request while it was still pending",
+                "permission request 1001 of session victim was answered 2 times",
+                COMPLETED_AFTER_DENIAL,
+            ],
+        ),
+        (
+            # reported completed 0.3 s after the session's last turn ended
+            "complete-later",
+            '[{ title = "rogue", count = 1, answer = "reject" }]',
+            [COMPLETED_AFTER_DENIAL],
+        ),
+    ],
+    ids=["allow-then-deny", "reuse-id", "complete-later"],
+)
+def test_completed_after_a_denial_is_caught_however_the_agent_disguises_it(
+    tmp_path: Path, mode: str, requests: str, violations: list[str]
+) -> None:
+    path = scenario_file(
+        tmp_path,
+        mode,
+        rogue(mode)
+        + f"""
+[[sessions]]
+name = "victim"
+  [[sessions.turns]]
+  prompt = "write it"
+  requests = {requests}
+""",
+    )
+    junit, json_path = reports(tmp_path)
+    result = simhost_run(path, "--junit", junit, "--json", json_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    _, data = read_reports(junit, json_path)
+    assert data["scenarios"][0]["violations"] == violations
+    assert data["scenarios"][0]["turns"][0]["failures"] == []
+
+
 def test_a_question_for_a_session_with_no_turn_running_is_reported(tmp_path: Path) -> None:
     path = scenario_file(
         tmp_path,

@@ -346,8 +346,9 @@ class _ToolRecord:
         self.title = ""
         self.status: str | None = None
         self.allowed = False
+        """Its latest decision allowed it."""
         self.denied: str | None = None
-        """How its approval was refused (``denied``/``cancelled``), if it was."""
+        """How its latest decision refused it (``denied``/``cancelled``), if it did."""
 
 
 class _Ledger:
@@ -412,7 +413,18 @@ class _Ledger:
     def _record(self, event: str, fields: dict[str, Any]) -> None:
         request_id = fields.get("request_id")
         if event == "server_request.start":
-            if fields.get("method") == _PERMISSION_METHOD:
+            if fields.get("method") != _PERMISSION_METHOD:
+                pass
+            elif request_id in self.open:
+                # permclient refuses the new one (an error answer under the same id);
+                # the pending one keeps its record, and its answer is a second one.
+                approval = self.approvals[request_id]
+                approval.answers += 1
+                self.violations.append(
+                    f"permission request {request_id!r} of {self.label(approval.session_id)}: "
+                    "the agent reused its id for another request while it was still pending"
+                )
+            else:
                 self.requests += 1
                 self.approvals[request_id] = _Approval(None, None)
                 self.open.add(request_id)
@@ -445,9 +457,8 @@ class _Ledger:
     def _answered(self, request_id: Any, fields: dict[str, Any]) -> None:
         approval = self.approvals.setdefault(request_id, _Approval(fields.get("session_id"), None))
         approval.answers += 1
-        if request_id in self.open:
-            self.open.discard(request_id)
-        elif approval.answers > 1:
+        self.open.discard(request_id)
+        if approval.answers > 1:
             self.violations.append(
                 f"permission request {request_id!r} of {self.label(approval.session_id)} "
                 f"was answered {approval.answers} times"
@@ -464,10 +475,13 @@ class _Ledger:
             kind = self.option_kinds.get(key, {}).get(str(option_id), "")
             if kind.startswith("allow"):
                 record.allowed = True
+                record.denied = None
             else:
-                record.denied = record.denied or f"denied ({option_id})"
+                record.allowed = False
+                record.denied = f"denied ({option_id})"
         else:
-            record.denied = record.denied or "cancelled"
+            record.allowed = False
+            record.denied = "cancelled"
 
     def tool_reported(self, session_id: str, tool_call_id: str, title: str, status: str) -> None:
         """A ``tool_call`` / ``tool_call_update`` with a status arrived."""
@@ -475,7 +489,7 @@ class _Ledger:
         if title:
             record.title = title
         record.status = status
-        if status == "completed" and record.denied and not record.allowed and not self.frozen:
+        if status == "completed" and record.denied and not self.frozen:
             self.violations.append(
                 f"{self.label(session_id)}: tool call {tool_call_id} ({record.title or '?'}) was "
                 f"reported completed after its approval was {record.denied}"
@@ -804,15 +818,17 @@ class _Run:
         self.sessions[session_id] = session
         self.event("session_started", session)
         passed = True
-        with client.on_session_notification(session_id, session.on_notification):
-            for index, spec in enumerate(turns, 1):
-                result = await self._run_turn(client, backend, session, spec, index)
-                passed = passed and result.passed
-                if client.closed_reason is not None:
-                    why = f"the connection closed ({client.closed_reason}){self._tail()}"
-                    self._not_run(label, turns, index, why)
-                    passed = False
-                    break
+        # Kept for the rest of the run: what the agent reports after the session's
+        # last turn (a tool call completed after all) is still judged.
+        client.on_session_notification(session_id, session.on_notification)
+        for index, spec in enumerate(turns, 1):
+            result = await self._run_turn(client, backend, session, spec, index)
+            passed = passed and result.passed
+            if client.closed_reason is not None:
+                why = f"the connection closed ({client.closed_reason}){self._tail()}"
+                self._not_run(label, turns, index, why)
+                passed = False
+                break
         self.event("session_finished", session, passed=passed)
 
     async def _run_turn(
@@ -1060,6 +1076,23 @@ def _seed(folder: Path, files: dict[str, str]) -> None:
         target.write_text(text, encoding="utf-8")
 
 
+async def _until_exit(client: Client) -> None:
+    """Close the agent's stdin and read what it still says until it exits (bounded).
+
+    Reports sent after the last turn (a denied tool call ``completed`` after all)
+    are judged too; an agent that does not exit is left to ``open_process``.
+    """
+    process = getattr(client, "process", None)
+    if not isinstance(process, trio.Process):
+        return
+    if process.stdin is not None:
+        with contextlib.suppress(trio.ClosedResourceError, trio.BrokenResourceError, OSError):
+            await process.stdin.aclose()
+    with trio.move_on_after(SETTLE_S):
+        await process.wait()
+        await client.wait_closed()  # everything it wrote before exiting is read
+
+
 def _tail_of(file: IO[bytes]) -> Callable[[], str]:
     def tail() -> str:
         try:
@@ -1201,6 +1234,7 @@ async def _run_once(
             ) as client:
                 spawned = True
                 await run.run(client)
+                await _until_exit(client)
                 run.ledger.finish()
         except OSError as exc:
             if spawned:
