@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
 from permclient import Cancelled, ConnectionClosed, Decision, PermissionRequest, Selected
 from permclient.embed import AsyncioClient, PermissionHandle, asyncio_client
@@ -310,5 +311,58 @@ def test_a_runtime_that_cannot_start_raises_from_the_block(tmp_path: Path) -> No
         with pytest.raises(FileNotFoundError):
             async with asyncio_client([str(tmp_path / "no-such-runtime")]):
                 pass  # pragma: no cover - never entered
+
+    run(scenario)
+
+
+# ---------------------------------------------------------- 8. review regressions
+
+
+def test_leaving_the_block_ends_a_submitted_task_that_never_ends() -> None:
+    """B2: the exit cancels what submit() started; its future fails with ConnectionClosed.
+
+    The exit shields itself until the trio run is over, so a run that never ends
+    would hang ``run()``'s own timeout too: the loop runs in a thread, joined with
+    a bound.
+    """
+    outcome: list[BaseException | None] = []
+
+    async def scenario() -> None:
+        ours, theirs = socket_pair()
+        peer = SyncPeer(theirs)
+        async with asyncio_client(ours) as client:
+            future = client.guest.submit(trio.sleep_forever)
+        assert client.guest.finished
+        with pytest.raises(ConnectionClosed):
+            future.result(0)
+        peer.close()
+
+    def in_thread() -> None:
+        try:
+            run(scenario)
+        except BaseException as exc:  # reported to the test below
+            outcome.append(exc)
+        else:
+            outcome.append(None)
+
+    loop_thread = threading.Thread(target=in_thread, name="asyncio-host", daemon=True)
+    loop_thread.start()
+    loop_thread.join(TIMEOUT_S * 2)
+    assert not loop_thread.is_alive(), "leaving asyncio_client waited for a submitted task"
+    assert outcome == [None], outcome
+
+
+def test_an_async_handler_returning_a_non_str_option_id_answers_cancelled_at_once() -> None:
+    """B4: an unhashable id from a coroutine handler answers cancelled, not never."""
+
+    async def scenario() -> None:
+        async with connected() as (client, peer):
+
+            async def decide(request: PermissionRequest) -> Decision:
+                return Selected(option_id=["allow"])  # type: ignore[arg-type]
+
+            with client.permission_handler("s", decide):
+                peer.ask_permission("s", "call-1", 1)
+                assert await receive(peer) == {"jsonrpc": "2.0", "id": 1, "result": CANCELLED}
 
     run(scenario)
