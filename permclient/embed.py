@@ -500,7 +500,8 @@ class GuestClient(_Embedded):
         still open with it are then answered ``cancelled`` and their handles
         withdrawn (on the run's next tick). Call on the host's loop thread, after
         the client is ready. Raises :class:`ValueError` for an empty id and
-        :class:`~permclient.ConnectionClosed` before the client is connected.
+        :class:`~permclient.ConnectionClosed` before the client is connected and
+        once :meth:`close` was called.
         """
         registration = self._register(session_id, fn)
 
@@ -709,6 +710,8 @@ async def asyncio_client(
                 await asyncio.shield(done)
             except asyncio.CancelledError:
                 cancelled = True  # the trio run must finish before we go
+        if ready.done() and not ready.cancelled():
+            ready.exception()  # seen: e.g. closed while connecting, when the host was cancelled
         if cancelled:
             raise asyncio.CancelledError
     error = done.result()
@@ -911,7 +914,7 @@ class BlockingClient(_Embedded):
         Registered when this returns. The :class:`~permclient.Registration` undoes
         it (``close()`` or a ``with`` block); questions still open with it are then
         answered ``cancelled`` and withdrawn. Raises :class:`ValueError` for an
-        empty id and :class:`~permclient.ConnectionClosed` once closed.
+        empty id and :class:`~permclient.ConnectionClosed` once closed or closing.
         """
         registration = self._on_trio_thread(lambda: self._register(session_id, fn))
         return Registration(functools.partial(self._close_registration, registration))
@@ -965,7 +968,9 @@ def open_blocking(
     (default: each on a fresh worker thread). ``dialect`` and ``open_kwargs`` go
     to ``open_process``/``open_client``. Returns once connected.
 
-    Raises what connecting raised (e.g. ``FileNotFoundError``).
+    Raises what connecting raised (e.g. ``FileNotFoundError``). A
+    ``KeyboardInterrupt`` (or any exception) while waiting for the connection
+    cancels the attempt, waits (bounded) for the trio thread to end, and is re-raised.
     """
     client = BlockingClient(_connector(target, dialect, open_kwargs), dispatch)
     client._start()
