@@ -610,3 +610,96 @@ def test_any_file_loads_or_raises_scenario_error_with_a_real_line(
         assert error.path == path
         assert error.line is None or 1 <= error.line <= raw.count(b"\n") + 1
         assert str(error).startswith(f"{path}")
+
+
+# ------------------------------------------------- malformed beyond msgspec's types
+
+NAME_RULE = "must be usable as a file name (it fills {name} and {session} in paths)"
+EXPECT = "[sessions.turns.expect]\n"  # line 5 after TURN; its key on line 6
+
+REJECTED: list[tuple[str, str, int, str, str]] = [
+    # (id, file, line, field, the start of what is wrong)
+    (
+        "title-repeat-overflows",
+        REQUEST.replace('title = "fs"', 'title = "x{4294967296}"'),
+        6,
+        f"{R0}.title",
+        "not a valid regular expression: too large",
+    ),
+    (
+        "title-nested-too-deeply",
+        REQUEST.replace('title = "fs"', 'title = "' + "(" * 100_000 + ")" * 100_000 + '"'),
+        6,
+        f"{R0}.title",
+        "not a valid regular expression: nested too deeply",
+    ),
+    (
+        "tool-status-repeat-overflows",
+        TURN + EXPECT + 'tool_status = { "x{4294967296}" = "completed" }\n',
+        6,
+        f'{S0T0}.expect.tool_status."x{{4294967296}}"',
+        "not a valid regular expression: too large",
+    ),
+    ("name-absolute", TURN.replace('"a"', '"/etc"'), 2, "sessions[0].name", NAME_RULE),
+    ("name-dotdot", TURN.replace('"a"', '".."'), 2, "sessions[0].name", NAME_RULE),
+    (
+        "name-with-hash-collides-with-a-copy-label",
+        TURN.replace('name = "a"', 'name = "a"\ncopies = 2')
+        + '[[sessions]]\nname = "a#2"\n[[sessions.turns]]\nprompt = "hi"\n',
+        7,
+        "sessions[1].name",
+        NAME_RULE,
+    ),
+    (
+        "nul-in-files-absent",
+        TURN + EXPECT + 'files_absent = ["a.txt\\u0000"]\n',
+        6,
+        f"{S0T0}.expect.files_absent[0]",
+        "must not contain a NUL character",
+    ),
+    (
+        "nul-in-file-contains",
+        TURN + EXPECT + 'file_contains = { "a\\u0000b" = "x" }\n',
+        6,
+        f'{S0T0}.expect.file_contains."a\\u0000b"',
+        "must not contain a NUL character",
+    ),
+    (
+        "empty-reply-contains",
+        TURN + EXPECT + 'reply_contains = ["ok", ""]\n',
+        6,
+        f"{S0T0}.expect.reply_contains[1]",
+        "must not be empty",
+    ),
+    (
+        "keys-equal-once-filled",
+        TURN + EXPECT + 'file_contains = { "a.txt" = "x", "{name}.txt" = "y" }\n',
+        6,
+        f'{S0T0}.expect.file_contains."{{name}}.txt"',
+        "the same key as 'a.txt' once placeholders are filled",
+    ),
+    (
+        "agent-command-an-empty-word",
+        "[agent]\ncommand = \"''\"\n" + TURN,
+        2,
+        "agent.command",
+        "empty command",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "field", "reason"),
+    [case[1:] for case in REJECTED],
+    ids=[case[0] for case in REJECTED],
+)
+def test_values_that_would_break_the_run_are_rejected_at_load(
+    tmp_path: Path, text: str, line: int, field: str, reason: str
+) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario(path)
+    error = caught.value
+    assert str(error).startswith(f"{path}:{line}: {field}: {reason}"), str(error)
+    assert (error.line, error.field) == (line, field)
+    assert error.__cause__ is None

@@ -5,10 +5,14 @@ and the answer selection on their own."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
+import time
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -463,6 +467,100 @@ def test_usage_errors_exit_2_and_an_agent_that_cannot_start_fails(tmp_path: Path
     assert data["scenarios"][0]["violations"][0].startswith(
         "could not start the agent '/nonexistent/agent'"
     )
+
+
+@pytest.mark.parametrize(
+    ("command", "message"),
+    [
+        ('"unterminated', "cannot split like a shell: No closing quotation"),
+        ("''", "the agent's command is empty"),
+    ],
+    ids=["unterminated-quote", "an-empty-word"],
+)
+def test_an_agent_command_that_cannot_be_run_is_a_usage_error(command: str, message: str) -> None:
+    result = simhost_run(EXAMPLES / "racing_approvals.toml", "--agent", command)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    assert f"simhost run: --agent {command!r}: {message}" in " ".join(result.stderr.split())
+    assert result.stdout == ""  # nothing ran
+
+
+def test_files_exist_wants_a_file_not_a_folder(tmp_path: Path) -> None:
+    path = scenario_file(
+        tmp_path,
+        "folder",
+        """
+[workspace]
+files = { "d/x.txt" = "hi" }
+
+[[sessions]]
+name = "solo"
+  [[sessions.turns]]
+  prompt = "read d/x.txt"
+  expect = { files_exist = ["d", "d/x.txt"] }
+""",
+    )
+    junit, json_path = reports(tmp_path)
+    result = simhost_run(path, "--junit", junit, "--json", json_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    _, data = read_reports(junit, json_path)
+    [turn] = data["scenarios"][0]["turns"]
+    assert turn["failures"] == ["expected file d to exist; it is a folder"]
+
+
+def test_ctrl_c_says_interrupted_exits_130_and_leaves_nothing_behind(tmp_path: Path) -> None:
+    # A request answered only after 30 s: the run is mid-turn when interrupted.
+    path = scenario_file(
+        tmp_path,
+        "slow",
+        """
+[[sessions]]
+name = "slow"
+  [[sessions.turns]]
+  prompt = "create a.txt with hi"
+  requests = [{ title = "a\\\\.txt", answer = "allow", delay_ms = 30000 }]
+""",
+    )
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = {**os.environ, "TMPDIR": str(temp)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "simhost", "run", str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while not any(_processes_mentioning(str(temp))):  # the agent is up
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, "the agent never started"
+            time.sleep(0.1)
+        time.sleep(0.5)  # and the request is pending
+        os.killpg(process.pid, signal.SIGINT)  # as a terminal's Ctrl-C does
+        out, err = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+    assert process.returncode == 130, out + err
+    assert err.strip() == "simhost run: interrupted"
+    assert list(temp.iterdir()) == []  # workspace and state folders removed
+    assert list(_processes_mentioning(str(temp))) == []  # the agent is gone
+
+
+def _processes_mentioning(text: str) -> Iterator[int]:
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if text.encode() in cmdline:
+            yield int(entry.name)
 
 
 def test_help_describes_the_command_and_every_option() -> None:

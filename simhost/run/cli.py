@@ -2,12 +2,14 @@
 
 Exit codes: 0 when every expectation and every built-in invariant held, 1 when
 one did not (or a report could not be written), 2 for a usage error or a
-malformed scenario (its message names the file, the line and the field).
+malformed scenario (its message names the file, the line and the field), 130
+when interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
 
 import gc
+import shlex
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final
@@ -108,15 +110,21 @@ def run_command(
     wall time and the answer latency (median, p99).
 
     Exit code: 0 if every expectation and invariant held, 1 if not, 2 for a
-    malformed scenario or a usage error.
+    malformed scenario or a usage error, 130 when interrupted (Ctrl-C).
     """
     err = Console(stderr=True, highlight=False)
     if dialect not in (None, "bridge", "acp"):
         err.print(Text(f"simhost run: unknown dialect {dialect!r}: expected bridge or acp"))
         raise typer.Exit(2)
-    if agent is not None and not agent.split():
-        err.print(Text("simhost run: the agent's command is empty"))
-        raise typer.Exit(2)
+    if agent is not None:
+        try:
+            words = shlex.split(agent)
+        except ValueError as exc:
+            err.print(Text(f"simhost run: --agent {agent!r}: cannot split like a shell: {exc}"))
+            raise typer.Exit(2) from None
+        if not words or not words[0]:
+            err.print(Text(f"simhost run: --agent {agent!r}: the agent's command is empty"))
+            raise typer.Exit(2)
     # Imported here so `simhost chat` and `simhost runtime` never pay for the runner.
     import trio
 
@@ -138,7 +146,14 @@ def run_command(
     # does not show up as answer latency.
     gc.collect()
     gc.freeze()
-    results = trio.run(_run_all, loaded, agent, dialect, repeat, seed, turn_timeout, console)
+    try:
+        results = trio.run(_run_all, loaded, agent, dialect, repeat, seed, turn_timeout, console)
+    except BaseException as exc:
+        if not _interrupted(exc):
+            raise
+        # trio has unwound the run by now: agents stopped, workspaces removed.
+        err.print(Text("simhost run: interrupted"))
+        raise typer.Exit(130) from None
 
     from simhost.run.report import json_report, junit_xml, summary
 
@@ -153,6 +168,13 @@ def run_command(
         err.print(Text(f"simhost run: cannot write a report: {exc}"))
         code = 1
     raise typer.Exit(code)
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """Ctrl-C: a KeyboardInterrupt, alone or in an exception group from a nursery."""
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.subgroup(KeyboardInterrupt) is not None
+    return isinstance(exc, KeyboardInterrupt)
 
 
 def _agent_for(scenario: Scenario, command: str | None, dialect: str | None) -> AgentSpec | None:

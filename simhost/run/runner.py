@@ -73,7 +73,16 @@ from permclient import (
 )
 from simhost.chat.backends import AcpBackend, Backend, BridgeBackend
 
-from .scenario import AfterTurn, AgentSpec, Answer, ExpectedRequest, Scenario, TurnSpec
+from .scenario import (
+    AfterTurn,
+    AgentSpec,
+    Answer,
+    ExpectedRequest,
+    Scenario,
+    TurnSpec,
+    fill_placeholders,
+    placeholder_values,
+)
 
 __all__ = [
     "CANCEL_GRACE_S",
@@ -286,21 +295,14 @@ def _policy_arg(policy: str, base_dir: Path | None) -> str:
     return policy
 
 
-def _fill(text: str, values: dict[str, str], *, pattern: bool = False) -> str:
-    """``text`` with ``{key}`` replaced by its value (escaped when ``text`` is a pattern)."""
-    for key, value in values.items():
-        text = text.replace("{" + key + "}", re.escape(value) if pattern else value)
-    return text
-
-
 def _filled_turn(turn: TurnSpec, values: dict[str, str]) -> TurnSpec:
     """The turn with ``{copy}``, ``{session}``, ``{name}``, ``{repeat}`` filled in."""
 
     def f(text: str) -> str:
-        return _fill(text, values)
+        return fill_placeholders(text, values)
 
     def p(text: str) -> str:
-        return _fill(text, values, pattern=True)
+        return fill_placeholders(text, values, pattern=True)
 
     expect = turn.expect
     return msgspec.structs.replace(
@@ -378,12 +380,18 @@ class _Ledger:
         self.is_late: Callable[[str | None], bool] = lambda session_id: False
         """Whether a request naming this session now comes with no turn running."""
 
-    def take_arrival(self, tool_call_id: str) -> tuple[str | None, bool] | None:
-        """The oldest arrival record of a request for ``tool_call_id`` not yet handled."""
+    def take_arrival(self, tool_call_id: str, session_id: str) -> tuple[str | None, bool] | None:
+        """The arrival record of a request for ``tool_call_id`` a handler now starts on.
+
+        The oldest that named ``session_id`` (sessions may use the same tool call
+        ids, and handlers of different sessions may start in either order), else
+        the oldest of all: a request that named another session.
+        """
         queue = self.arrivals.get(tool_call_id)
         if not queue:
             return None
-        arrival = queue.popleft()
+        arrival = next((a for a in queue if a[0] == session_id), queue[0])
+        queue.remove(arrival)
         if not queue:
             del self.arrivals[tool_call_id]
         return arrival
@@ -551,7 +559,7 @@ class _Turn:
     async def handle(self, request: PermissionRequest) -> Decision:
         """The turn's permission handler (registered for exactly its session)."""
         session = self.session
-        arrival = self.run.ledger.take_arrival(request.tool_call.tool_call_id)
+        arrival = self.run.ledger.take_arrival(request.tool_call.tool_call_id, session.id)
         named, late = arrival if arrival is not None else (request.session_id, False)
         if request.session_id != session.id or named != session.id:
             wrong = named if named != session.id else request.session_id
@@ -763,13 +771,8 @@ class _Run:
         async with trio.open_nursery() as nursery:
             for spec in self.scenario.sessions:
                 for copy in range(1, spec.copies + 1):
-                    label = spec.name if spec.copies == 1 else f"{spec.name}#{copy}"
-                    values = {
-                        "copy": str(copy),
-                        "session": label,
-                        "name": spec.name,
-                        "repeat": str(self.repeat),
-                    }
+                    values = placeholder_values(spec.name, spec.copies, copy, self.repeat)
+                    label = values["session"]
                     turns = [_filled_turn(t, values) for t in spec.turns]
                     nursery.start_soon(self._run_session, client, backend, label, turns)
         self.sessions_s = time.perf_counter() - started
@@ -962,8 +965,10 @@ class _Run:
             )
         root = self.workspace
         for rel in expect.files_exist:
-            if not (root / rel).exists():
-                failures.append(f"expected file {rel} to exist; it does not")
+            target = root / rel
+            if not target.is_file():
+                what = "it is a folder" if target.is_dir() else "it does not"
+                failures.append(f"expected file {rel} to exist; {what}")
         for rel in expect.files_absent:
             if (root / rel).exists():
                 failures.append(f"expected file {rel} to be absent; it exists")

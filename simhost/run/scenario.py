@@ -93,6 +93,27 @@ def _check_pattern(key: _Key, pattern: str) -> None:
         re.compile(pattern)
     except re.error as exc:
         raise _FieldError(key, f"not a valid regular expression: {exc}") from None
+    except OverflowError as exc:
+        raise _FieldError(key, f"not a valid regular expression: too large ({exc})") from None
+    except RecursionError:
+        raise _FieldError(key, "not a valid regular expression: nested too deeply") from None
+
+
+def fill_placeholders(text: str, values: dict[str, str], *, pattern: bool = False) -> str:
+    """``text`` with ``{key}`` replaced by its value (escaped when ``text`` is a pattern)."""
+    for key, value in values.items():
+        text = text.replace("{" + key + "}", re.escape(value) if pattern else value)
+    return text
+
+
+def placeholder_values(name: str, copies: int, copy: int, repeat: int) -> dict[str, str]:
+    """What ``{copy}``, ``{session}``, ``{name}`` and ``{repeat}`` stand for."""
+    label = name if copies == 1 else f"{name}#{copy}"
+    return {"copy": str(copy), "session": label, "name": name, "repeat": str(repeat)}
+
+
+# A session's name labels it (``name#K`` for its copies) and fills paths.
+_BAD_NAME_CHARS = re.compile(r"[/\\#:\x00-\x1f\x7f]")
 
 
 def _check_one_of(key: _Key, value: str, allowed: tuple[str, ...]) -> None:
@@ -103,6 +124,8 @@ def _check_one_of(key: _Key, value: str, allowed: tuple[str, ...]) -> None:
 def _check_inside(key: _Key, path: str) -> None:
     """A path the runner joins to the workspace must stay in it."""
     # Windows rules see both separators and every anchor: "/x", "C:x", "a\\..\\b".
+    if "\x00" in path:
+        raise _FieldError(key, f"must not contain a NUL character; got {path!r}")
     parsed = PureWindowsPath(path)
     if not path or parsed.anchor or ".." in parsed.parts:
         raise _FieldError(
@@ -130,7 +153,7 @@ class AgentSpec(_Spec, kw_only=True):
             words = shlex.split(self.command)
         except ValueError as exc:
             raise _FieldError(("command",), f"cannot split like a shell: {exc}") from None
-        if not words:
+        if not words or not words[0]:
             raise _FieldError(("command",), "empty command (leave it out for the reference one)")
 
 
@@ -189,6 +212,9 @@ class AfterTurn(_Spec, kw_only=True):
             _check_inside(("file_contains", name), name)
         for pattern in self.tool_status:
             _check_pattern(("tool_status", pattern), pattern)
+        for index, text in enumerate(self.reply_contains):
+            if not text:
+                raise _FieldError(("reply_contains", index), "must not be empty (always true)")
 
 
 class TurnSpec(_Spec, kw_only=True):
@@ -214,8 +240,45 @@ class SessionSpec(_Spec, kw_only=True):
     def __post_init__(self) -> None:
         if not self.name:
             raise _FieldError(("name",), "must not be empty")
+        if _BAD_NAME_CHARS.search(self.name) or self.name in (".", ".."):
+            raise _FieldError(
+                ("name",),
+                "must be usable as a file name (it fills {name} and {session} in paths): "
+                f"no '/', '\\', '#', ':' or control characters, not '.' or '..'; "
+                f"got {self.name!r}",
+            )
         if not self.turns:
             raise _FieldError(("turns",), "a session needs at least one turn")
+        for copy in sorted({1, self.copies}):
+            values = placeholder_values(self.name, self.copies, copy, 1)
+            for index, turn in enumerate(self.turns):
+                _check_filled(("turns", index, "expect"), turn.expect, values)
+
+
+def _check_filled(key: _Key, expect: AfterTurn, values: dict[str, str]) -> None:
+    """With the placeholders filled in, paths stay inside and keys stay distinct."""
+    for field, paths in (
+        ("files_exist", expect.files_exist),
+        ("files_absent", expect.files_absent),
+    ):
+        for index, path in enumerate(paths):
+            _check_inside((*key, field, index), fill_placeholders(path, values))
+    tables: tuple[tuple[str, dict[str, str], bool], ...] = (
+        ("file_contains", expect.file_contains, False),
+        ("tool_status", dict(expect.tool_status), True),
+    )
+    for field, table, pattern in tables:
+        seen: dict[str, str] = {}
+        for name in table:
+            filled = fill_placeholders(name, values, pattern=pattern)
+            if field == "file_contains":
+                _check_inside((*key, field, name), filled)
+            earlier = seen.setdefault(filled, name)
+            if earlier != name:
+                raise _FieldError(
+                    (*key, field, name),
+                    f"the same key as {earlier!r} once placeholders are filled ({filled!r})",
+                )
 
 
 class Scenario(_Spec, kw_only=True):
