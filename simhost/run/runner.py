@@ -24,13 +24,15 @@ are checked.
 Whatever the scenario says, every run also checks these invariants (from an
 in-memory telemetry sink and the handlers' own records):
 
-* every permission request is answered exactly once;
+* every permission request is answered exactly once (an id reused while its
+  request is pending is reported);
 * every request is handled by the handler of the session it names, and a
   request for a session with no turn running (answered ``cancelled`` by
-  permclient: ``approval.unrouted``) is reported; so is a malformed one;
+  permclient: ``approval.unrouted``, or by the turn's handler when it came after
+  the turn's prompt had returned) is reported; so is a malformed one;
 * no permission card is still open when its turn ends;
-* no tool call is reported ``completed`` after its approval was denied or
-  cancelled (and never allowed).
+* no tool call is reported ``completed`` while its latest approval decision
+  was a denial or a cancel (watched until the agent has exited).
 
 In prompts and in expectations' paths, texts and patterns, ``{copy}`` stands for
 the copy number (1…copies), ``{session}`` for the session's label (``alpha`` or
