@@ -570,7 +570,9 @@ class _Turn:
                 f"{wrong!r}: answered cancelled"
             )
             return Cancelled()
-        if (late or self.ended) and not self.cancelling:
+        # Late is judged in wire order when the ledger saw the request arrive; the
+        # handler itself may only run once the turn has ended, which proves nothing.
+        if (late if arrival is not None else self.ended) and not self.cancelling:
             # The agent asks after its turn ended: no turn is running for the session.
             self.run.violations.append(
                 f"{self.name}: permission request {request.tool_call.title or ''!r} "
