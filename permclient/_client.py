@@ -440,6 +440,20 @@ class Client:
             if s.is_permission and (session_id is None or s.session_id == session_id)
         )
 
+    def turn_running(self, session_id: str) -> bool:
+        """Whether a turn request of ``session_id`` awaits its answer.
+
+        A turn request is the dialect's: bridge ``chatSend``, ACP ``session/prompt``.
+        Kept in the order messages arrive: called from a notification callback (or a
+        telemetry sink), it says whether the turn's answer had come before that
+        message on the wire.
+        """
+        turn_requests = self._dialect.turn_requests
+        return any(
+            slot.method in turn_requests and _session_of(slot.params) == session_id
+            for slot in self._outbound.values()
+        )
+
     def on_request(
         self, method: str, handler: RequestHandler, *, cancelled_result: Any = _NO_RESULT
     ) -> Registration:

@@ -499,6 +499,25 @@ async def test_cancelling_an_acp_prompt_sends_session_cancel_and_answers_its_per
             await assert_nothing_more(peer)
 
 
+@pytest.mark.parametrize(("dialect", "method"), [("bridge", "chatSend"), ("acp", "session/prompt")])
+async def test_turn_running_follows_the_turn_request_of_that_session(
+    dialect: str, method: str
+) -> None:
+    async with connected(dialect) as (client, peer):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(client.request, method, {"sessionId": "s-A"})
+            turn = await peer.receive()
+            assert client.turn_running("s-A")
+            assert not client.turn_running("s-B")
+            await peer.send({"jsonrpc": "2.0", "id": turn["id"], "result": {}})
+        assert not client.turn_running("s-A")
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(client.request, "other/method", {"sessionId": "s-A"})
+            await peer.receive()
+            assert not client.turn_running("s-A")  # not a turn request
+            nursery.cancel_scope.cancel()
+
+
 async def test_acp_session_cancel_answers_that_sessions_permissions_at_once() -> None:
     async with connected("acp") as (client, peer):
         waiter = Waiter()

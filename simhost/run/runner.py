@@ -726,7 +726,11 @@ class _Run:
             return False
         if turn.ended:
             return True
-        return self.client is not None and not _prompt_outstanding(self.client, session_id)
+        return (
+            self.client is not None
+            and session_id is not None
+            and not self.client.turn_running(session_id)
+        )
 
     def event(
         self,
@@ -1012,32 +1016,6 @@ class _Run:
                         f"it is {final}"
                     )
         return failures
-
-
-_TURN_METHODS: Final = ("session/prompt", "chatSend")
-
-
-def _prompt_outstanding(client: Client, session_id: str | None) -> bool:
-    """Whether ``client`` still waits for the answer to a turn request of ``session_id``.
-
-    Read from the client's table of outbound requests, which its reader updates in
-    the order messages arrive (so a question that follows the prompt's answer on the
-    wire is known to be late, however the tasks are scheduled); when the table
-    cannot be read, True (nothing is called late on a guess).
-    """
-    outbound = getattr(client, "_outbound", None)
-    if not isinstance(outbound, dict):
-        return True
-    for slot in list(outbound.values()):
-        if getattr(slot, "method", None) not in _TURN_METHODS:
-            continue
-        try:
-            params = msgspec.to_builtins(getattr(slot, "params", None))
-        except (TypeError, msgspec.EncodeError):
-            return True
-        if not isinstance(params, dict) or params.get("sessionId") == session_id:
-            return True
-    return False
 
 
 async def _first_of(*waits: Callable[[], Awaitable[object]]) -> None:
