@@ -197,6 +197,7 @@ class _Inbound:
         "entry",
         "id",
         "is_permission",
+        "method",
         "offered",
         "session_id",
         "shared_options",
@@ -214,6 +215,7 @@ class _Inbound:
         self.answered = False
         self.started = started  # for telemetry's latencies only
         self.is_permission = False
+        self.method: str | None = None  # of a request other than a permission request
         self.entry: _HandlerEntry | None = None
         self.tool_call_id: str | None = None
         self.cancelled_result: Any = _NO_RESULT
@@ -439,6 +441,24 @@ class Client:
             for s in self._inbound.values()
             if s.is_permission and (session_id is None or s.session_id == session_id)
         )
+
+    def cancel_requests(self, method: str, session_id: str) -> int:
+        """Cancel the pending inbound ``method`` requests of ``session_id``, as a peer cancel.
+
+        For a runtime built on permclient: e.g. ACP's ``session/cancel`` for the
+        ``session/prompt`` requests of a session, including one that arrived in the
+        same read and whose handler has not started (it never starts). Each is
+        answered once its handler has unwound, with the ``cancelled_result`` given to
+        :meth:`on_request` (else -32800). Returns how many were cancelled.
+        """
+        states = [
+            state
+            for state in self._inbound.values()
+            if state.method == method and state.session_id == session_id
+        ]
+        for state in states:
+            self._cancel_inbound(state, "peer")
+        return len(states)
 
     def turn_running(self, session_id: str) -> bool:
         """Whether a turn request of ``session_id`` awaits its answer.
@@ -779,7 +799,8 @@ class Client:
                 encode_error(message.id, ErrorCode.INVALID_PARAMS, f"invalid params: {exc}")
             )
             return
-        state = _Inbound(message.id, None, self._now())
+        state = _Inbound(message.id, _session_of(params), self._now())
+        state.method = message.method
         state.cancelled_result = route.cancelled_result
         self._inbound[message.id] = state
         self._nursery.start_soon(self._run_request, state, route.handler, params)

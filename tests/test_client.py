@@ -518,6 +518,46 @@ async def test_turn_running_follows_the_turn_request_of_that_session(
             nursery.cancel_scope.cancel()
 
 
+async def test_cancel_requests_cancels_that_sessions_requests_even_before_they_start() -> None:
+    async with connected("acp") as (client, peer):
+        started: list[int] = []
+        counted: list[int] = []
+
+        async def turn(params: Any) -> dict[str, str]:
+            started.append(params["n"])
+            await trio.sleep_forever()
+            raise AssertionError("not reached")  # pragma: no cover
+
+        def on_cancel(notification: permclient.InboundNotification) -> None:
+            # In the reader, in wire order: prompt 2 has arrived, its handler not started.
+            counted.append(client.cancel_requests("session/prompt", "s-A"))
+
+        cancelled = {"stopReason": "cancelled"}
+        with (
+            client.on_request("session/prompt", turn, cancelled_result=cancelled),
+            client.on_notification("x/cancel", on_cancel),
+        ):
+            await peer.request("session/prompt", {"sessionId": "s-A", "n": 1}, request_id=1)
+            await peer.request("session/prompt", {"sessionId": "s-B", "n": 3}, request_id=3)
+            await trio.testing.wait_all_tasks_blocked()  # 1 and 3 have started
+            messages = [
+                {"jsonrpc": "2.0", "id": 2, "method": "session/prompt",
+                 "params": {"sessionId": "s-A", "n": 2}},
+                {"jsonrpc": "2.0", "method": "x/cancel", "params": {}},
+            ]  # fmt: skip
+            await peer.send_raw(
+                b"".join(peer.framer_type.encode(json.dumps(m).encode()) for m in messages)
+            )
+            replies = [await peer.receive() for _ in range(2)]
+            assert sorted((r["id"], r["result"]["stopReason"]) for r in replies) == [
+                (1, "cancelled"),
+                (2, "cancelled"),
+            ]
+            assert counted == [2]
+            assert sorted(started) == [1, 3]  # 2 never ran; s-B's turn goes on
+            assert client.cancel_requests("session/prompt", "s-A") == 0
+
+
 async def test_acp_session_cancel_answers_that_sessions_permissions_at_once() -> None:
     async with connected("acp") as (client, peer):
         waiter = Waiter()

@@ -795,3 +795,49 @@ def test_prompt_text_joins_text_blocks_and_links() -> None:
         "https://example.com/x "
     )
     assert prompt_text([PromptBlock("image"), PromptBlock("text", text="help")]) == "help"
+
+
+async def test_a_cancel_in_the_same_read_as_its_prompt_cancels_that_prompt(
+    tmp_path: Path,
+) -> None:
+    """session/cancel right behind its session/prompt (one write): the turn never runs."""
+    from .peer import FakePeer
+
+    workspace = tmp_path / "w"
+    workspace.mkdir()
+    policy, label = load_policy("default")
+    config = RuntimeConfig(workspace.resolve(), policy, label, tmp_path / "s", "acp")
+    runtime_end, editor_end = trio.testing.memory_stream_pair()
+    peer = FakePeer(editor_end, "acp")
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(serve, runtime_end, config)
+            await peer.request("initialize", {"protocolVersion": 1}, request_id=0)
+            assert "result" in await peer.receive()
+            params = {"cwd": str(workspace.resolve()), "mcpServers": []}
+            await peer.request("session/new", params, request_id=1)
+            session_id = (await peer.receive())["result"]["sessionId"]
+            prompt = {
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "session/prompt",
+                "params": {
+                    "sessionId": session_id,
+                    "prompt": [{"type": "text", "text": "create never.txt with x"}],
+                },
+            }
+            cancel = {
+                "jsonrpc": "2.0",
+                "method": "session/cancel",
+                "params": {"sessionId": session_id},
+            }
+            frames = [peer.framer_type.encode(json.dumps(m).encode()) for m in (prompt, cancel)]
+            await peer.send_raw(b"".join(frames))
+            while True:
+                reply = await peer.receive()
+                assert reply.get("method") != "session/request_permission"
+                if reply.get("id") == 2:
+                    break
+            assert reply["result"] == {"stopReason": "cancelled"}
+            await editor_end.aclose()
+    assert not (workspace / "never.txt").exists()

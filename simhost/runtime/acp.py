@@ -292,6 +292,9 @@ class AcpMethods:
         log.info("session/cancel for %s: %d turn(s) running", request.session_id, len(scopes))
         for scope in scopes:
             scope.cancel()
+        # A prompt that came in the same read has not started yet: it never will, and
+        # is answered `cancelled` (its cancelled_result).
+        self.runtime.client.cancel_requests("session/prompt", request.session_id)
 
 
 def _replayed(entry: HistoryEntry) -> ReplayedUpdate | None:
