@@ -1,23 +1,37 @@
-"""Interop: permclient's ACP dialect against an agent built on the official TypeScript SDK.
+"""Interop: permclient's ACP dialect against two file-writing agents on the official SDKs.
 
-The agent is ``tests/interop/node/ts_agent.mjs``: the AGENT side of
-``@agentclientprotocol/sdk`` 2.4.0 (``agent()`` + ``ndJsonStream`` over stdio). It
-reports tool calls, asks permission for several at once, withdraws one with the SDK's
-own cancellation (an ``AbortSignal``, on the wire ``$/cancel_request {"requestId"}``),
+Every test runs once per agent (the ``acp_agent`` fixture, params ``ts`` and ``python``):
+
+* ``ts``: ``tests/interop/node/ts_agent.mjs``, the AGENT side of
+  ``@agentclientprotocol/sdk`` 2.4.0 (``agent()`` + ``ndJsonStream`` over stdio);
+* ``python``: ``tests/interop/acp_python_write_agent.py``, its twin on the official ACP
+  Python SDK (agent-client-protocol 0.12.1).
+
+Each agent reports tool calls, asks permission for several at once, withdraws one,
 writes files only when allowed, and logs every JSON-RPC message it read and wrote. The
-scenarios are in ``tests/interop/acp_scenarios.py`` (shared with the Python SDK agent);
-the assertions are here.
+scenarios are in ``tests/interop/acp_scenarios.py``; the assertions are here.
 
 Facts about the TS SDK these tests rely on (read from its source and seen here): its
-request ids start at 0; after it sends ``$/cancel_request`` it keeps waiting for the
-answer by default, so what the agent gets for a withdrawn request is the client's own
-``cancelled`` answer.
+request ids start at 0; it withdraws a request with its own cancellation (an
+``AbortSignal``, on the wire ``$/cancel_request {"requestId"}``); after it sends
+``$/cancel_request`` it keeps waiting for the answer by default, so what the agent gets
+for a withdrawn request is the client's own ``cancelled`` answer.
+
+The Python SDK 0.12.1 numbers its requests from 0 too, but does not implement
+``$/cancel_request`` in either direction. An agent built on it can only "withdraw" a
+permission request by cancelling the asyncio task that awaits ``request_permission``:
+the SDK then forgets the id and sends NOTHING, so the client is never told. The tests
+assert exactly that where the agents differ (``acp_agent.honours_cancel_request``): the
+client's handler stays pending after the turn ended, is cancelled when its
+``permission_handler`` block exits (telemetry ``by: "turn"``, not ``"peer"``), and the
+``cancelled`` answer it then writes reaches the agent, whose SDK drops it silently.
 """
 
 from __future__ import annotations
 
 import json
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +41,13 @@ import trio
 import permclient
 
 from .acp_schema import validate_client_message, validate_client_stream
-from .interop import NODE_DIR, TEST_BOUND_S, require_node_packages
+from .interop import (
+    INTEROP_DIR,
+    NODE_DIR,
+    TEST_BOUND_S,
+    require_node_packages,
+    require_python_module,
+)
 from .interop.acp_scenarios import (
     CANCEL_PROMPT,
     CANCELLED,
@@ -42,14 +62,33 @@ from .interop.acp_scenarios import (
     selected,
 )
 
-AGENT = NODE_DIR / "ts_agent.mjs"
+TS_AGENT = NODE_DIR / "ts_agent.mjs"
+PYTHON_AGENT = INTEROP_DIR / "acp_python_write_agent.py"
 WITHDRAWN = "write:withdrawn.txt"
 
 
-@pytest.fixture
-def ts_agent() -> list[str]:
-    node = require_node_packages("@agentclientprotocol/sdk", "zod")
-    return [node, str(AGENT)]
+@dataclass(frozen=True)
+class Agent:
+    """One of the two agents: how to start it and what it calls itself."""
+
+    kind: str  # "ts" or "python", the fixture's param
+    argv: list[str]
+    name: str
+
+    @property
+    def honours_cancel_request(self) -> bool:
+        """The TS SDK sends and obeys ``$/cancel_request``; the Python SDK 0.12.1 does neither."""
+        return self.kind == "ts"
+
+
+@pytest.fixture(params=["ts", "python"])
+def acp_agent(request: pytest.FixtureRequest) -> Agent:
+    if request.param == "ts":
+        # Skips (or fails, with PERMCLIENT_REQUIRE_INTEROP=1) without node or its packages.
+        node = require_node_packages("@agentclientprotocol/sdk", "zod")
+        return Agent("ts", [node, str(TS_AGENT)], "permclient-ts-interop-agent")
+    python = require_python_module("acp")
+    return Agent("python", [python, str(PYTHON_AGENT)], "permclient-py-write-agent")
 
 
 def response(request_id: Any, result: dict[str, Any]) -> dict[str, Any]:
@@ -57,15 +96,15 @@ def response(request_id: Any, result: dict[str, Any]) -> dict[str, Any]:
 
 
 async def test_concurrent_permissions_are_answered_per_call_and_a_withdrawn_one_is_cancelled(
-    ts_agent: list[str], tmp_path: Path
+    acp_agent: Agent, tmp_path: Path
 ) -> None:
     with trio.fail_after(TEST_BOUND_S):
-        run = await run_mixed_turn(open_agent_process, ts_agent, tmp_path)
+        run = await run_mixed_turn(open_agent_process, acp_agent.argv, tmp_path)
     assert run.session is not None
     session_id = run.session.id
 
     assert run.init["protocolVersion"] == 1
-    assert run.init["agentInfo"]["name"] == "permclient-ts-interop-agent"
+    assert run.init["agentInfo"]["name"] == acp_agent.name
     assert run.result == {"stopReason": "end_turn"}
 
     # Routing: the session's handler got all four requests, each for exactly its session
@@ -73,13 +112,8 @@ async def test_concurrent_permissions_are_answered_per_call_and_a_withdrawn_one_
     names = ["allowed-once.txt", "allowed-always.txt", "denied.txt", "withdrawn.txt"]
     assert sorted(run.seen) == sorted((session_id, f"write:{n}", f"write {n}") for n in names)
 
-    # The withdrawn request: the agent's $/cancel_request cancelled its handler's scope.
-    assert run.handler_cancelled == [WITHDRAWN]
-    assert run.pending_after_prompt == 0
-
     ids = run.log.permission_request_ids()
-    assert sorted(ids.values()) == [0, 1, 2, 3]  # the TS SDK numbers from 0
-    assert run.log.cancels_sent() == [{"requestId": ids[WITHDRAWN]}]
+    assert sorted(ids.values()) == [0, 1, 2, 3]  # both SDKs number from 0
 
     # Exactly one answer per request id, as the agent read it off the wire.
     expected = {
@@ -91,12 +125,38 @@ async def test_concurrent_permissions_are_answered_per_call_and_a_withdrawn_one_
     for tool_call_id, outcome in expected.items():
         request_id = ids[tool_call_id]
         assert run.log.responses_to(request_id) == [response(request_id, outcome)], tool_call_id
-    # The cancelled answer came after (and because of) the agent's withdrawal.
-    withdrew_at = run.log.position("out", lambda m: m.get("method") == "$/cancel_request")
-    assert withdrew_at < run.log.answer_at(ids[WITHDRAWN])
-    # What the SDK delivered to the agent: it kept waiting after its own cancel and got
-    # the client's `cancelled`.
-    assert run.log.answers() == {tc: {"ok": True, "value": o} for tc, o in expected.items()}
+
+    # The withdrawn request: its handler was cancelled either way, but the agents differ.
+    assert run.handler_cancelled == [WITHDRAWN]
+    if acp_agent.honours_cancel_request:
+        # TS: the agent's $/cancel_request cancelled its handler's scope during the turn.
+        assert run.pending_after_prompt == 0
+        assert run.log.cancels_sent() == [{"requestId": ids[WITHDRAWN]}]
+        # The cancelled answer came after (and because of) the agent's withdrawal.
+        withdrew_at = run.log.position("out", lambda m: m.get("method") == "$/cancel_request")
+        assert withdrew_at < run.log.answer_at(ids[WITHDRAWN])
+        # What the SDK delivered to the agent: it kept waiting after its own cancel and
+        # got the client's `cancelled`.
+        assert run.log.answers() == {tc: {"ok": True, "value": o} for tc, o in expected.items()}
+        withdrawn_by = "peer"
+    else:
+        # Python SDK 0.12.1: the agent gave up on the withdrawn request, but its SDK sent
+        # no cancel: the client still had it pending when the turn ended...
+        assert run.log.events("withdraw") == [
+            {"event": "withdraw", "sessionId": session_id, "toolCallId": WITHDRAWN}
+        ]
+        assert run.log.cancels_sent() == []
+        assert run.pending_after_prompt == 1
+        # ...until the turn's `permission_handler` block exited: that cancelled the
+        # handler, and its `cancelled` arrived after the agent had already ended the turn.
+        turn_ended_at = run.log.position("out", lambda m: "stopReason" in m.get("result", {}))
+        assert turn_ended_at < run.log.answer_at(ids[WITHDRAWN])
+        # What the SDK delivered: the three answers; nothing for the withdrawn request.
+        assert run.log.answers() == {
+            **{tc: {"ok": True, "value": o} for tc, o in expected.items() if tc != WITHDRAWN},
+            WITHDRAWN: {"ok": False, "error": {"message": "withdrawn (task cancelled)"}},
+        }
+        withdrawn_by = "turn"
 
     # Files exist only for the allowed calls, with the text the diff showed.
     assert run.files == {"allowed-once.txt": "first file", "allowed-always.txt": "second file"}
@@ -113,8 +173,8 @@ async def test_concurrent_permissions_are_answered_per_call_and_a_withdrawn_one_
         WITHDRAWN: ("failed", False),
     }
 
-    # Telemetry tells the same story: three answered by the handler, one withdrawn by
-    # the peer.
+    # Telemetry tells the same story: three answered by the handler, one withdrawn (by
+    # the peer's $/cancel_request, or by the end of the turn when the SDK sent none).
     responded = {
         r["request_id"]: (r["outcome"], r["option_id"])
         for r in run.telemetry.of("approval.responded")
@@ -125,15 +185,15 @@ async def test_concurrent_permissions_are_answered_per_call_and_a_withdrawn_one_
         ids["write:denied.txt"]: ("selected", "deny"),
     }
     assert [(c["request_id"], c["by"]) for c in run.telemetry.of("approval.cancelled")] == [
-        (ids[WITHDRAWN], "peer")
+        (ids[WITHDRAWN], withdrawn_by)
     ]
 
 
 async def test_two_concurrent_sessions_each_handler_sees_only_its_own_requests(
-    ts_agent: list[str], tmp_path: Path
+    acp_agent: Agent, tmp_path: Path
 ) -> None:
     with trio.fail_after(TEST_BOUND_S):
-        run = await run_two_sessions(open_agent_process, ts_agent, tmp_path)
+        run = await run_two_sessions(open_agent_process, acp_agent.argv, tmp_path)
     a, b = run.sessions["A"], run.sessions["B"]
     assert a.id != b.id
 
@@ -179,10 +239,10 @@ async def test_two_concurrent_sessions_each_handler_sees_only_its_own_requests(
 
 
 async def test_session_cancel_answers_every_pending_permission_cancelled_at_once(
-    ts_agent: list[str], tmp_path: Path
+    acp_agent: Agent, tmp_path: Path
 ) -> None:
     with trio.fail_after(TEST_BOUND_S):
-        run = await run_session_cancel(open_agent_process, ts_agent, tmp_path)
+        run = await run_session_cancel(open_agent_process, acp_agent.argv, tmp_path)
     assert run.session is not None
     tool_call_ids = sorted(f"write:{block.split()[1]}" for block in CANCEL_PROMPT)
 
@@ -217,10 +277,10 @@ async def test_session_cancel_answers_every_pending_permission_cancelled_at_once
 
 
 async def test_a_caller_giving_up_tells_the_agent_answers_its_permissions_and_drops_late_answers(
-    ts_agent: list[str], tmp_path: Path
+    acp_agent: Agent, tmp_path: Path
 ) -> None:
     with trio.fail_after(TEST_BOUND_S):
-        run = await run_abandoned_requests(open_agent_process, ts_agent, tmp_path)
+        run = await run_abandoned_requests(open_agent_process, acp_agent.argv, tmp_path)
     assert run.session is not None
     tool_call_ids = ["write:d-1.txt", "write:d-2.txt"]
     first, last = run.log.requests_received("session/prompt")
@@ -236,11 +296,15 @@ async def test_a_caller_giving_up_tells_the_agent_answers_its_permissions_and_dr
     for tool_call_id in tool_call_ids:
         request_id = ids[tool_call_id]
         assert run.log.responses_to(request_id) == [response(request_id, CANCELLED)]
-    # ...and the agent was told the ACP way, `session/cancel` (not `$/cancel_request`),
-    # before those answers; it ended that turn `cancelled`, an answer permclient dropped.
+    # ...and the agent was told the ACP way, `session/cancel` (not `$/cancel_request`;
+    # both SDKs implement it), before those answers; it ended that turn `cancelled`, an
+    # answer permclient dropped.
     cancels = [m for m in run.log.wire("in") if m.get("method") == "session/cancel"]
     assert cancels == [
         {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": run.session.id}}
+    ]
+    assert run.log.events("session_cancel") == [
+        {"event": "session_cancel", "sessionId": run.session.id}
     ]
     cancel_at = run.log.position("in", lambda m: m.get("method") == "session/cancel")
     assert all(cancel_at < run.log.answer_at(ids[tc]) for tc in tool_call_ids)
@@ -248,25 +312,33 @@ async def test_a_caller_giving_up_tells_the_agent_answers_its_permissions_and_dr
         response(first["id"], {"stopReason": "cancelled"})
     ]
 
-    # 2. Giving up on another request: `$/cancel_request` for exactly its id; the TS SDK
-    # aborted the handler's signal and the agent answered with the SDK's -32800, late.
+    # 2. Giving up on another request: `$/cancel_request` for exactly its id.
     assert run.wait_cancelled_caught
     assert run.log.cancels_received() == [{"requestId": wait["id"]}]
-    assert [e["requestId"] for e in run.log.events("wait_aborted")] == [wait["id"]]
-    (late_error,) = run.log.responses_sent(wait["id"])
-    assert late_error["error"]["code"] == -32800
+    if acp_agent.honours_cancel_request:
+        # The TS SDK aborted the handler's signal and the agent answered with the SDK's
+        # -32800, late.
+        assert [e["requestId"] for e in run.log.events("wait_aborted")] == [wait["id"]]
+        (late_error,) = run.log.responses_sent(wait["id"])
+        assert late_error["error"]["code"] == -32800
+    else:
+        # Python SDK 0.12.1 does not implement it: it logged an error, never told the
+        # handler, and never answered the request (it was still waiting when the
+        # connection closed).
+        assert len(run.log.events("wait_started")) == 1
+        assert run.log.responses_sent(wait["id"]) == []
 
-    # 3. Both late answers were dropped: the next prompt got its own answer.
+    # 3. The connection went on; any late answer was dropped: the next prompt got its own.
     assert run.next_result == {"stopReason": "end_turn"}
     assert run.log.responses_sent(last["id"]) == [response(last["id"], {"stopReason": "end_turn"})]
     assert run.files == {"after.txt": "still works"}
 
 
 async def test_a_5_mib_diff_on_one_line_reaches_the_handler_intact_and_is_answered(
-    ts_agent: list[str], tmp_path: Path
+    acp_agent: Agent, tmp_path: Path
 ) -> None:
     with trio.fail_after(TEST_BOUND_S):
-        run = await run_big_diff(open_agent_process, ts_agent, tmp_path)
+        run = await run_big_diff(open_agent_process, acp_agent.argv, tmp_path)
 
     (generated,) = run.log.events("generated")
     sent = (generated["bytes"], generated["sha256"])
@@ -284,7 +356,7 @@ async def test_a_5_mib_diff_on_one_line_reaches_the_handler_intact_and_is_answer
 
 
 async def test_every_message_permclient_sends_validates_against_the_acp_schema(
-    ts_agent: list[str], tmp_path: Path
+    acp_agent: Agent, tmp_path: Path
 ) -> None:
     """Run every scenario again over a recording stream; check each message permclient wrote."""
     recorder = WireRecorder()
@@ -297,7 +369,7 @@ async def test_every_message_permclient_sends_validates_against_the_acp_schema(
         run_big_diff,
     ):
         with trio.fail_after(TEST_BOUND_S):
-            run = await scenario(recorder, ts_agent, tmp_path / scenario.__name__)
+            run = await scenario(recorder, acp_agent.argv, tmp_path / scenario.__name__)
         logs.append(run.log)
 
     checked: Counter[tuple[str, str]] = Counter()

@@ -6,8 +6,7 @@ import json
 import os
 import signal
 import sys
-from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -18,41 +17,27 @@ import typer
 from typer.testing import CliRunner
 
 import permclient
-from permclient import Decision, InboundNotification, PermissionRequest, Selected
+from permclient import Decision, PermissionRequest, Selected
 from simhost.runtime.cli import runtime_command
 from simhost.runtime.sessions import SessionStore
 
 from .peer import CANCELLED, FakePeer
+from .runtime_editor import (
+    Handler,
+    RuntimeEditor,
+    answering,
+    never_asked,
+    simhost_meta,
+    statuses,
+)
 from .test_wire import assert_valid
 
 RUNTIME = [sys.executable, "-m", "simhost", "runtime", "--stdio"]
 BOUND_S = 20
 
-Handler = Callable[[PermissionRequest], Awaitable[Decision]]
 
-
-class Editor:
-    """A permclient client plus what the runtime told it, per session."""
-
-    def __init__(self, client: permclient.Client, workspace: Path) -> None:
-        self.client = client
-        self.workspace = workspace
-        self.updates: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        self.notifications: list[Any] = []
-        self._arrived = trio.Event()
-        client.on_notification("session/update", self._on_update)
-
-    def _on_update(self, notification: InboundNotification) -> None:
-        assert notification.session_id is not None
-        self.notifications.append(notification.params)
-        self.updates[notification.session_id].append(notification.params["update"])
-        self._arrived.set()
-        self._arrived = trio.Event()
-
-    async def wait_for(self, condition: Callable[[], bool]) -> None:
-        """Wait until ``condition()`` holds, re-checking after every ``session/update``."""
-        while not condition():
-            await self._arrived.wait()
+class Editor(RuntimeEditor):
+    """A bridge-dialect editor: ``sessionNew`` and ``chatSend``."""
 
     async def new_session(self, title: str | None = None) -> str:
         params = {} if title is None else {"title": title}
@@ -66,39 +51,6 @@ class Editor:
             result = await self.client.request("chatSend", {"sessionId": session_id, "text": text})
         stop_reason: str = result["stopReason"]
         return stop_reason
-
-    def texts(self, session_id: str) -> list[str]:
-        return [
-            u["content"]["text"]
-            for u in self.updates[session_id]
-            if u["sessionUpdate"] == "agent_message_chunk"
-        ]
-
-    def calls(self, session_id: str) -> dict[str, list[dict[str, Any]]]:
-        """Tool-call events by toolCallId, in order."""
-        calls: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        for update in self.updates[session_id]:
-            if update["sessionUpdate"] in ("tool_call", "tool_call_update"):
-                calls[update["toolCallId"]].append(update)
-        return calls
-
-    def last_call(self, session_id: str) -> list[dict[str, Any]]:
-        return list(self.calls(session_id).values())[-1]
-
-
-async def never_asked(request: PermissionRequest) -> Decision:
-    raise AssertionError(f"unexpected question: {request.tool_call.title}")
-
-
-def answering(
-    option_id: str, seen: list[PermissionRequest], check: Callable[[], None] = lambda: None
-) -> Handler:
-    async def handler(request: PermissionRequest) -> Decision:
-        seen.append(request)
-        check()
-        return Selected(option_id)
-
-    return handler
 
 
 @asynccontextmanager
@@ -117,15 +69,6 @@ async def open_runtime(tmp_path: Path, *extra: str, state: str = "state") -> Asy
     # It exited on its own when its stdin closed, with nothing to complain about.
     assert client.process.returncode == 0
     assert log.read_text() == ""
-
-
-def statuses(events: list[dict[str, Any]]) -> list[str]:
-    return [e["status"] for e in events]
-
-
-def simhost_meta(events: list[dict[str, Any]]) -> dict[str, Any]:
-    meta: dict[str, Any] = events[-1]["_meta"]["simhost"]
-    return meta
 
 
 # ------------------------------------------------------------------- each tool

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import cache
 from pathlib import Path
@@ -27,19 +26,26 @@ import trio.testing
 
 import permclient
 import simhost
-from permclient import Cancelled, Decision, InboundNotification, PermissionRequest, Selected
+from permclient import Cancelled, Decision, PermissionRequest, Selected
 from simhost.runtime.acp import prompt_text
 from simhost.runtime.acp_wire import PromptBlock
 from simhost.runtime.policy import load_policy
 from simhost.runtime.server import RuntimeConfig, serve
 
 from .peer import FakePeer
+from .runtime_editor import (
+    Handler,
+    RuntimeEditor,
+    answering,
+    never_asked,
+    simhost_meta,
+    statuses,
+)
 from .test_wire import SCHEMA_PATH
 
 RUNTIME = [sys.executable, "-m", "simhost", "runtime", "--stdio", "--dialect", "acp"]
 BOUND_S = 20
 
-Handler = Callable[[PermissionRequest], Awaitable[Decision]]
 
 # Runs the runtime as its child and copies each direction of its stdio, as it
 # passes, to a file: argv is [python, -c, TAP, into.log, out.log, runtime argv...].
@@ -154,25 +160,8 @@ def check_runtime_messages(
 # ---------------------------------------------------------------- the editor
 
 
-class AcpEditor:
-    """A permclient client in the ``acp`` dialect plus what the runtime told it."""
-
-    def __init__(self, client: permclient.Client, workspace: Path) -> None:
-        self.client = client
-        self.workspace = workspace
-        self.updates: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        self._arrived = trio.Event()
-        client.on_notification("session/update", self._on_update)
-
-    def _on_update(self, notification: InboundNotification) -> None:
-        assert notification.session_id is not None
-        self.updates[notification.session_id].append(notification.params["update"])
-        self._arrived.set()
-        self._arrived = trio.Event()
-
-    async def wait_for(self, condition: Callable[[], bool]) -> None:
-        while not condition():
-            await self._arrived.wait()
+class AcpEditor(RuntimeEditor):
+    """An editor in the ``acp`` dialect: ``initialize``, ``session/new``, ``session/prompt``."""
 
     async def initialize(self) -> dict[str, Any]:
         result: dict[str, Any] = await self.client.request(
@@ -203,47 +192,6 @@ class AcpEditor:
             )
         stop_reason: str = result["stopReason"]
         return stop_reason
-
-    def texts(self, session_id: str) -> list[str]:
-        return [
-            u["content"]["text"]
-            for u in self.updates[session_id]
-            if u["sessionUpdate"] == "agent_message_chunk"
-        ]
-
-    def calls(self, session_id: str) -> dict[str, list[dict[str, Any]]]:
-        calls: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        for update in self.updates[session_id]:
-            if update["sessionUpdate"] in ("tool_call", "tool_call_update"):
-                calls[update["toolCallId"]].append(update)
-        return calls
-
-    def last_call(self, session_id: str) -> list[dict[str, Any]]:
-        return list(self.calls(session_id).values())[-1]
-
-
-async def never_asked(request: PermissionRequest) -> Decision:
-    raise AssertionError(f"unexpected question: {request.tool_call.title}")
-
-
-def answering(
-    decision: Decision, seen: list[PermissionRequest], check: Callable[[], None] = lambda: None
-) -> Handler:
-    async def handler(request: PermissionRequest) -> Decision:
-        seen.append(request)
-        check()
-        return decision
-
-    return handler
-
-
-def statuses(events: list[dict[str, Any]]) -> list[str]:
-    return [e["status"] for e in events]
-
-
-def simhost_meta(events: list[dict[str, Any]]) -> dict[str, Any]:
-    meta: dict[str, Any] = events[-1]["_meta"]["simhost"]
-    return meta
 
 
 @asynccontextmanager
