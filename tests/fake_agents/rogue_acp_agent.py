@@ -37,9 +37,10 @@ MODES = (
 )
 
 
-def send(message: dict[str, Any]) -> None:
+def send(message: dict[str, Any], *, flush: bool = True) -> None:
     sys.stdout.write(json.dumps({"jsonrpc": "2.0", **message}) + "\n")
-    sys.stdout.flush()
+    if flush:
+        sys.stdout.flush()
 
 
 def wait_response(request_id: int) -> dict[str, Any]:
@@ -56,7 +57,12 @@ def update(session_id: str, body: dict[str, Any]) -> None:
 
 
 def ask(
-    request_id: int, session_id: str, tool_call_id: str, title: str = "fs.write: rogue.txt"
+    request_id: int,
+    session_id: str,
+    tool_call_id: str,
+    title: str = "fs.write: rogue.txt",
+    *,
+    flush: bool = True,
 ) -> None:
     send(
         {
@@ -75,7 +81,8 @@ def ask(
                     {"optionId": "deny", "name": "Deny", "kind": "reject_once"},
                 ],
             },
-        }
+        },
+        flush=flush,
     )
 
 
@@ -108,7 +115,9 @@ def turn(mode: str, session_id: str, number: int) -> None:
         wait_response(request_id + 500)
         status = "completed"  # whatever the answers said
     elif mode == "reuse-id":
-        ask(request_id, session_id, tool_call_id)
+        # One write for both, so the first is surely still pending when the second,
+        # under the same id, is read.
+        ask(request_id, session_id, tool_call_id, flush=False)
         ask(request_id, session_id, tool_call_id + "b", "fs.write: dup.txt")
         wait_response(request_id)  # the refusal of the reused id, or the answer
         wait_response(request_id)
