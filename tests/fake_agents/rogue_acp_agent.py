@@ -21,6 +21,7 @@ Every turn answers ``end_turn``. Only what the runner needs is implemented.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 import time
@@ -37,10 +38,20 @@ MODES = (
 )
 
 
+_held: list[str] = []
+
+
 def send(message: dict[str, Any], *, flush: bool = True) -> None:
-    sys.stdout.write(json.dumps({"jsonrpc": "2.0", **message}) + "\n")
+    """Write one message; with ``flush=False`` it waits for the next, to go in one write."""
+    _held.append(json.dumps({"jsonrpc": "2.0", **message}) + "\n")
     if flush:
         sys.stdout.flush()
+        # One os.write: the reader gets held messages and this one in the same read
+        # (pipes write up to PIPE_BUF bytes at once), whatever Python's buffering.
+        data = "".join(_held).encode()
+        _held.clear()
+        while data:
+            data = data[os.write(sys.stdout.fileno(), data) :]
 
 
 def wait_response(request_id: int) -> dict[str, Any]:
