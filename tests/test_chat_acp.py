@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from .interop import NODE_DIR, require_node_packages
-from .test_chat_pty import CURSOR, STYLE, Chat
+from .test_chat_pty import CURSOR, STYLE, Chat, chat_starter
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="needs a POSIX pseudo-terminal")
 
@@ -34,23 +34,14 @@ class AgentChat(Chat):
 
 @pytest.fixture
 def chat_in(tmp_path: Path) -> Iterator[Any]:
-    chats: list[AgentChat] = []
-
-    def start(*extra: str) -> AgentChat:
-        chat = AgentChat(tmp_path, *extra)
-        chats.append(chat)
-        return chat
-
-    yield start
-    for chat in chats:
-        chat.close()
+    yield from chat_starter(tmp_path, AgentChat)
 
 
 def test_the_chat_drives_a_python_sdk_agent_and_ctrl_c_cancels_its_turn(chat_in: Any) -> None:
     chat: Chat = chat_in("--agent", python_agent())
     # (The banner with the agent's name from `initialize` was printed before the
     # prompt: Chat waited for it.)
-    transcript = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", chat.transcript.read_text())
+    transcript = chat.plain_transcript()
     assert "agent permclient-interop-agent 0.0.0" in transcript
 
     chat.say("approve me")
@@ -114,7 +105,7 @@ def test_the_chat_answers_a_typescript_sdk_agent_for_the_right_call_and_session(
     log = tmp_path / "ts-agent.jsonl"
     monkeypatch.setenv("PERMCLIENT_AGENT_LOG", str(log))
     chat: AgentChat = chat_in("--agent", shlex.join([node, str(NODE_DIR / "ts_agent.mjs")]))
-    transcript = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", chat.transcript.read_text())
+    transcript = chat.plain_transcript()
     assert "agent permclient-ts-interop-agent 0.0.0" in transcript
 
     chat.say("write yes.txt hello")

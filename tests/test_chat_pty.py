@@ -92,6 +92,10 @@ class Chat:
     def say(self, line: str) -> None:
         self.child.send(line + "\r")
 
+    def plain_transcript(self) -> str:
+        """What the chat printed so far, without terminal escapes."""
+        return re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", self.transcript.read_text())
+
     def events(self, name: str) -> list[dict[str, Any]]:
         lines = self.telemetry.read_text().splitlines()
         return [r for r in map(json.loads, lines) if r["event"] == name]
@@ -109,18 +113,23 @@ class Chat:
         self.child.logfile_read.close()
 
 
-@pytest.fixture
-def chat_in(tmp_path: Path) -> Iterator[Any]:
+def chat_starter(tmp_path: Path, kind: type[Chat]) -> Iterator[Any]:
+    """A ``chat_in`` fixture's body: start chats of ``kind``, close them all after."""
     chats: list[Chat] = []
 
     def start(*extra: str) -> Chat:
-        chat = Chat(tmp_path, *extra)
+        chat = kind(tmp_path, *extra)
         chats.append(chat)
         return chat
 
     yield start
     for chat in chats:
         chat.close()
+
+
+@pytest.fixture
+def chat_in(tmp_path: Path) -> Iterator[Any]:
+    yield from chat_starter(tmp_path, Chat)
 
 
 def test_deny_then_allow_a_file_in_the_workspace(chat_in: Any) -> None:
