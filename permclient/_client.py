@@ -18,14 +18,14 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
-from typing import Any, Final, Literal, TypeAlias, TypeVar, overload
+from typing import Any, Final, Literal, TypeAlias, TypeVar, cast, overload
 
 import msgspec
 import trio
 
 from ._errors import ConnectionClosed, LocalProtocolError, RemoteProtocolError, RequestError
 from ._framing import DEFAULT_MAX_FRAME_SIZE, ContentLengthFramer, Framer, NewlineFramer
-from ._lazy_scope import start
+from ._lazy_scope import Relay, ScopeOwner, start
 from ._messages import (
     DECODE_ERRORS,
     ErrorCode,
@@ -76,6 +76,7 @@ _OUTBUF_HIGH_WATER: Final = 16 * 1024 * 1024
 DEFAULT_MAX_PENDING: Final = 16384
 _CANCELLED: Final = Cancelled()
 _NO_RESULT: Final = object()
+_UNANSWERED: Final = object()  # a blocked handler that raised or was cancelled
 _PERMISSION_TASK: Final = "permclient.permission"
 _PERMISSION_CANCELLED: Final = PermissionResponse(_CANCELLED)
 
@@ -891,7 +892,26 @@ class Client:
         A handler that answers without blocking needs no task and no cancel scope
         of its own (see _lazy_scope). The first that blocks keeps this task, which
         then belongs to its request alone; the rest of the batch goes on in a new one.
+        (Few locals on purpose: this frame lives as long as the request is pending.)
         """
+        relay = self._start_permissions(batch, first)
+        if relay is None:
+            return
+        del batch  # held from here on by what needs it only
+        answer: object = _UNANSWERED
+        try:
+            answer = await relay
+        except Exception:
+            log.exception(
+                "permission handler for session %r failed; answered cancelled",
+                cast(_Inbound, relay.owner).session_id,
+            )
+        finally:
+            # Runs on every path, including our own cancellation: exactly one answer.
+            self._finish_permission(relay.owner, answer)
+
+    def _start_permissions(self, batch: _Batch, first: int) -> Relay[Any] | None:
+        """Start the handlers of ``batch[first:]``; the rest of the first that blocks."""
         for index in range(first, len(batch)):
             state, request, handler = batch[index]
             if state.answered:
@@ -912,22 +932,17 @@ class Client:
                 self._nursery.start_soon(
                     self._run_permissions, batch, index + 1, name=_PERMISSION_TASK
                 )
-            del batch, request, handler  # held from here on by what needs them only
-            decision: Decision = _CANCELLED
-            try:
-                answer = await outcome
-                if not state.cancel_called:
-                    decision = _checked_decision(answer, state.offered)
-            except Exception:
-                log.exception(
-                    "permission handler for session %r failed; answered cancelled",
-                    state.session_id,
-                )
-            finally:
-                # Runs on every path, including our own cancellation: exactly one answer.
-                if not state.answered:
-                    self._answer_permission(state, decision)
+            return cast(Relay[Any], outcome)
+        return None
+
+    def _finish_permission(self, owner: ScopeOwner, answer: object) -> None:
+        state = cast(_Inbound, owner)
+        if state.answered:
             return
+        if state.cancel_called or answer is _UNANSWERED:
+            self._answer_permission(state, _CANCELLED)
+        else:
+            self._answer_permission(state, _checked_decision(answer, state.offered))
 
     def _answer_permission(self, state: _Inbound, decision: Decision) -> None:
         if state.answered:

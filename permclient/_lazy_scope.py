@@ -93,13 +93,13 @@ def start(owner: ScopeOwner, handler: Callable[[A], Awaitable[T]], arg: A) -> tu
     awaitable = context.run(handler, arg)
     if not SPLICE_SUPPORTED or type(awaitable) is not types.CoroutineType:
         # Taken as blocking: its scope is entered before it starts, the plain way.
-        return False, Relay(_await(awaitable), owner.scope, context, None, _NOT_STARTED)
+        return False, Relay(_await(awaitable), owner, context, None, _NOT_STARTED)
     base = trio.lowlevel.current_task()._cancel_status
     try:
         yielded = context.run(awaitable.send, None)
     except StopIteration as done:
         return True, done.value
-    return False, Relay(awaitable, owner.scope, context, base, yielded)
+    return False, Relay(awaitable, owner, context, base, yielded)
 
 
 class Relay(Generator[Any, Any, T]):
@@ -109,22 +109,27 @@ class Relay(Generator[Any, Any, T]):
     a generator frame is several times its size.
     """
 
-    __slots__ = ("_base", "_context", "_coro", "_scope", "_yielded")
+    __slots__ = ("_base", "_context", "_coro", "_owner", "_yielded")
 
     def __init__(
         self,
         coro: Coroutine[Any, Any, T] | Generator[Any, Any, T],
-        scope: trio.CancelScope,
+        owner: ScopeOwner,
         context: contextvars.Context,
         base: Any,
         yielded: Any,
     ) -> None:
         self._coro = coro
-        self._scope = scope
+        self._owner = owner
         # Until the first send: what entering the scope needs.
         self._context: contextvars.Context | None = context
         self._base = base  # the task's cancel status when the handler started
         self._yielded = yielded  # the trap it blocked on, or _NOT_STARTED
+
+    @property
+    def owner(self) -> ScopeOwner:
+        """What :func:`start` was given: the owner of the scope the rest runs in."""
+        return self._owner
 
     def __await__(self) -> Generator[Any, Any, T]:
         return self
@@ -150,9 +155,9 @@ class Relay(Generator[Any, Any, T]):
         task.context = context
         yielded, self._yielded = self._yielded, None
         if yielded is _NOT_STARTED:
-            self._scope.__enter__()
+            self._owner.scope.__enter__()
             return self._step(context.run, self._coro.send, None)
-        _enter_outside_handler(task, self._base, self._scope)
+        _enter_outside_handler(task, self._base, self._owner.scope)
         self._base = None
         return yielded
 
@@ -160,10 +165,10 @@ class Relay(Generator[Any, Any, T]):
         try:
             return call(*args)
         except StopIteration:
-            self._scope.__exit__(None, None, None)
+            self._owner.scope.__exit__(None, None, None)
             raise
         except BaseException as exc:
-            if self._scope.__exit__(type(exc), exc, exc.__traceback__):
+            if self._owner.scope.__exit__(type(exc), exc, exc.__traceback__):
                 raise StopIteration(None) from None  # the scope caught a cancellation
             raise
 
