@@ -126,17 +126,24 @@ class ToolCallTracker:
             raise ValueError("max_per_session and max_sessions must be at least 1")
         self._max_per_session = max_per_session
         self._max_sessions = max_sessions
-        self._calls: dict[str, dict[str, ToolCallState]] = {}
+        # A tool call known only from one pending permission request is held as
+        # that request's own ToolCallUpdate (it is in memory anyway) and becomes a
+        # ToolCallState when anything more happens to it or anyone asks for it.
+        self._calls: dict[str, dict[str, ToolCallState | ToolCallUpdate]] = {}
         # Tool calls awaiting approval per session: those are never evicted.
         self._awaiting: dict[str, int] = {}
 
     def get(self, session_id: str, tool_call_id: str) -> ToolCallState | None:
         """Return the state of one tool call, or ``None`` if it was never seen."""
-        return self._calls.get(session_id, {}).get(tool_call_id)
+        calls = self._calls.get(session_id)
+        if calls is None or tool_call_id not in calls:
+            return None
+        return self._materialised(calls, session_id, tool_call_id)
 
     def session(self, session_id: str) -> list[ToolCallState]:
         """Return the tool calls of one session, in the order they were first seen."""
-        return list(self._calls.get(session_id, {}).values())
+        calls = self._calls.get(session_id, {})
+        return [self._materialised(calls, session_id, key) for key in list(calls)]
 
     def forget_session(self, session_id: str) -> None:
         """Drop what is known of a session (e.g. when the host closes it)."""
@@ -175,6 +182,10 @@ class ToolCallTracker:
     def apply_update(self, session_id: str, update: ToolCallUpdate) -> ToolCallState:
         """Fold a typed tool call update (e.g. the one inside a permission request)."""
         state = self._state(session_id, update.tool_call_id)
+        self._fold(state, update)
+        return state
+
+    def _fold(self, state: ToolCallState, update: ToolCallUpdate) -> None:
         self._merge(
             state,
             update.title,
@@ -187,15 +198,19 @@ class ToolCallTracker:
             state.content = update.content
         if update.locations is not None:
             state.locations = update.locations
-        return state
 
-    def begin_approval(self, session_id: str, update: ToolCallUpdate) -> ToolCallState:
+    def begin_approval(self, session_id: str, update: ToolCallUpdate) -> None:
         """Fold the request's tool call and mark it awaiting approval."""
+        calls = self._calls.get(session_id)
+        if calls is None or update.tool_call_id not in calls:
+            self._make_room(session_id)
+            self._calls[session_id][update.tool_call_id] = update
+            self._awaiting[session_id] = self._awaiting.get(session_id, 0) + 1
+            return
         state = self.apply_update(session_id, update)
         if state._approvals == 0:
             self._awaiting[session_id] = self._awaiting.get(session_id, 0) + 1
         state._approvals += 1
-        return state
 
     def end_approval(self, session_id: str, tool_call_id: str) -> None:
         """Mark one permission request for the tool call as answered.
@@ -203,34 +218,59 @@ class ToolCallTracker:
         A tool call known only through permission requests (never announced by a
         ``session/update``) is forgotten once its last request is answered.
         """
-        state = self.get(session_id, tool_call_id)
-        if state is not None and state._approvals > 0:
-            state._approvals -= 1
+        calls = self._calls.get(session_id)
+        state = calls.get(tool_call_id) if calls is not None else None
+        if state is None:
+            return
+        if isinstance(state, ToolCallState):
             if state._approvals == 0:
-                left = self._awaiting[session_id] - 1
-                if left:
-                    self._awaiting[session_id] = left
-                else:
-                    del self._awaiting[session_id]
-                if not state._announced:
-                    # Known only through its permission requests, all answered now:
-                    # no update will ever move it, so there is nothing left to track.
-                    del self._calls[session_id][tool_call_id]
+                return
+            state._approvals -= 1
+            if state._approvals:
+                return
+        left = self._awaiting[session_id] - 1
+        if left:
+            self._awaiting[session_id] = left
+        else:
+            del self._awaiting[session_id]
+        if not isinstance(state, ToolCallState) or not state._announced:
+            # Known only through its permission requests, all answered now:
+            # no update will ever move it, so there is nothing left to track.
+            assert calls is not None
+            del calls[tool_call_id]
 
     def _state(self, session_id: str, tool_call_id: str) -> ToolCallState:
+        calls = self._calls.get(session_id)
+        if calls is None or tool_call_id not in calls:
+            self._make_room(session_id)
+            state = self._calls[session_id][tool_call_id] = ToolCallState(session_id, tool_call_id)
+            return state
+        return self._materialised(calls, session_id, tool_call_id)
+
+    def _make_room(self, session_id: str) -> None:
+        """See that ``session_id`` has a table with room for one more tool call."""
         calls = self._calls.get(session_id)
         if calls is None:
             if len(self._calls) >= self._max_sessions:
                 self._evict_session()
-            calls = self._calls[session_id] = {}
-        state = calls.get(tool_call_id)
-        if state is None:
-            # Only when something can go: a scan that frees nothing would make a
-            # flood of pending approvals quadratic.
-            settled = len(calls) - self._awaiting.get(session_id, 0)
-            if settled >= self._max_per_session:
-                self._evict(calls, settled)
-            state = calls[tool_call_id] = ToolCallState(session_id, tool_call_id)
+            self._calls[session_id] = {}
+            return
+        # Only when something can go: a scan that frees nothing would make a
+        # flood of pending approvals quadratic.
+        settled = len(calls) - self._awaiting.get(session_id, 0)
+        if settled >= self._max_per_session:
+            self._evict(calls, settled)
+
+    def _materialised(
+        self, calls: dict[str, ToolCallState | ToolCallUpdate], session_id: str, tool_call_id: str
+    ) -> ToolCallState:
+        """The state of a tool call in ``calls``, made from its request's update if need be."""
+        held = calls[tool_call_id]
+        if isinstance(held, ToolCallState):
+            return held
+        state = calls[tool_call_id] = ToolCallState(session_id, tool_call_id)
+        state._approvals = 1
+        self._fold(state, held)
         return state
 
     def _evict_session(self) -> None:
@@ -239,13 +279,20 @@ class ToolCallTracker:
                 del self._calls[session_id]
                 return
 
-    def _evict(self, calls: dict[str, ToolCallState], settled: int) -> None:
+    def _evict(self, calls: dict[str, ToolCallState | ToolCallUpdate], settled: int) -> None:
         # Dicts keep insertion order: the first entries are the oldest. Drop a
         # quarter at once so eviction is amortised, never one awaiting approval.
         excess = settled - self._max_per_session + 1
         target = max(excess, self._max_per_session // 4)
         stale = list(
-            itertools.islice((k for k, v in calls.items() if not v.awaiting_approval), target)
+            itertools.islice(
+                (
+                    key
+                    for key, held in calls.items()
+                    if isinstance(held, ToolCallState) and not held.awaiting_approval
+                ),
+                target,
+            )
         )
         for key in stale:
             del calls[key]

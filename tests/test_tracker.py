@@ -62,12 +62,56 @@ def test_sessions_are_kept_apart_and_details_merge() -> None:
 def test_awaiting_approval_counts_overlapping_requests() -> None:
     tracker = ToolCallTracker()
     update = ToolCallUpdate(tool_call_id="c", title="rm", status="pending")
-    state = tracker.begin_approval("s", update)
+    tracker.apply_notification(_note("s", "tool_call", title="rm"))
     tracker.begin_approval("s", update)
+    tracker.begin_approval("s", update)
+    state = tracker.get("s", "c")
+    assert state is not None
     tracker.end_approval("s", "c")
     assert state.awaiting_approval
     tracker.end_approval("s", "c")
     assert not state.awaiting_approval
+
+
+def test_a_call_known_only_from_pending_requests_reads_like_any_other() -> None:
+    tracker = ToolCallTracker()
+    update = ToolCallUpdate(tool_call_id="c", title="rm -rf build", kind="delete")
+    tracker.begin_approval("s", update)
+    assert tracker._calls["s"]["c"] is update  # held as the request's own update, no copy
+    state = tracker.get("s", "c")
+    assert state is not None and state is tracker.get("s", "c")
+    assert (state.title, state.kind, state.status) == ("rm -rf build", "delete", "pending")
+    assert state.awaiting_approval
+    tracker.begin_approval("s", ToolCallUpdate(tool_call_id="c"))  # a second question
+    tracker.end_approval("s", "c")
+    assert state.awaiting_approval
+    tracker.end_approval("s", "c")
+    assert not state.awaiting_approval and tracker.get("s", "c") is None
+
+
+def test_an_update_for_a_call_held_from_its_request_folds_into_it() -> None:
+    tracker = ToolCallTracker()
+    tracker.begin_approval("s", ToolCallUpdate(tool_call_id="c", title="write a.py"))
+    folded = tracker.apply_notification(_note("s", "tool_call_update", status="in_progress"))
+    assert folded is not None and folded is tracker.get("s", "c")
+    assert (folded.title, folded.status, folded.awaiting_approval) == (
+        "write a.py",
+        "in_progress",
+        True,
+    )
+    tracker.end_approval("s", "c")
+    assert tracker.get("s", "c") is folded and not folded.awaiting_approval  # announced: kept
+
+
+def test_listing_a_session_shows_calls_held_from_their_requests_in_order() -> None:
+    tracker = ToolCallTracker()
+    tracker.apply_notification(_note("s", "tool_call", title="first"))  # toolCallId "c"
+    tracker.begin_approval("s", ToolCallUpdate(tool_call_id="asked", title="second"))
+    assert [(s.tool_call_id, s.title, s.awaiting_approval) for s in tracker.session("s")] == [
+        ("c", "first", False),
+        ("asked", "second", True),
+    ]
+    assert tracker.session("s")[1] is tracker.get("s", "asked")
 
 
 def test_updates_that_are_not_tool_calls_or_unreadable_are_ignored() -> None:
