@@ -5,9 +5,12 @@ An in-process agent (a trio task speaking raw JSON-RPC, no SDK) sends ``--reques
 sessions to a permclient ``Client`` over a ``trio.socket.socketpair()`` (or
 ``trio.testing.memory_stream_pair()`` with ``--transport memory``). Every session
 has its own handler, which checks that it only ever sees its own session's requests
-and then waits on one shared ``trio.Event``. With all of them pending, the client
-process's memory is measured; then the event is set and the agent checks every
-answer: one per id, ``selected``, with the option that *that session's* handler
+and then waits as an editor's handler waits for a click: on its own
+``permclient.Answer`` (``--wait answer``, the default; the bench keeps them as a UI
+keeps its open cards) or on one shared ``trio.Event`` (``--wait event``, the
+cheapest wait plain trio offers). With all of them pending, the client process's
+memory is measured; then every answer is given (or the event set) and the agent
+checks every answer: one per id, ``selected``, with the option that *that session's* handler
 picks (``allow-<session number>``; each request also offers the next session's option,
 so an answer from the next session's handler would be accepted by the client and caught
 here; any other misrouting fails closed and is caught as "not selected").
@@ -193,6 +196,7 @@ async def scenario(args: argparse.Namespace, measure: Callable[[], int]) -> dict
         agent_stream, args.dialect, args.requests, args.sessions, args.payload == "minimal"
     )
     release = trio.Event()
+    cards: list[tuple[permclient.Answer, permclient.Decision]] = []
     all_started = trio.Event()
     started = 0
     foreign = 0
@@ -209,8 +213,12 @@ async def scenario(args: argparse.Namespace, measure: Callable[[], int]) -> dict
             started += 1
             if started == args.requests:
                 all_started.set()
-            await release.wait()
-            return choice
+            if args.wait == "event":
+                await release.wait()
+                return choice
+            answer = permclient.Answer()
+            cards.append((answer, choice))
+            return await answer
 
         return handler
 
@@ -236,6 +244,9 @@ async def scenario(args: argparse.Namespace, measure: Callable[[], int]) -> dict
                     figures["pending_reported"] = client.pending_permissions()
                     t1 = time.perf_counter()
                     release.set()
+                    for answer, choice in cards:
+                        answer.set(choice)
+                    cards.clear()
                     await agent.all_answered.wait()
                     figures["answer_s"] = time.perf_counter() - t1
                     gc.collect()
@@ -285,6 +296,12 @@ def main() -> int:
         default="realistic",
         help="toolCall as in approvals.py (rawInput, locations, ...) or just its toolCallId",
     )
+    parser.add_argument(
+        "--wait",
+        choices=["answer", "event"],
+        default="answer",
+        help="each handler awaits its own permclient.Answer, or all one trio.Event",
+    )
     parser.add_argument("--top", type=int, default=8, help="show the top N allocating lines")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per pass")
     args = parser.parse_args()
@@ -296,7 +313,9 @@ def main() -> int:
     )
     print(
         f"pending_memory: {args.requests} pending permission requests over {args.sessions} "
-        f"sessions; {args.payload} payload; dialect {args.dialect} ({framing}); "
+        f"sessions; {args.payload} payload; handlers wait on "
+        f"{'their own permclient.Answer' if args.wait == 'answer' else 'one shared trio.Event'}; "
+        f"dialect {args.dialect} ({framing}); "
         f"agent side in-process over {where}; "
         f"python {sys.version.split()[0]}",
         flush=True,

@@ -9,6 +9,7 @@ every path that is not an explicit choice of an offered option answers
 
 from __future__ import annotations
 
+from ._answer import Answer
 from ._client import (
     Client,
     DialectName,
@@ -66,6 +67,7 @@ from .embed import (
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "Answer",
     "AsyncioClient",
     "AudioContent",
     "BlockingClient",
