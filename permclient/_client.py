@@ -176,7 +176,7 @@ class _HandlerEntry:
     def __init__(self, session_id: str, handler: PermissionHandler) -> None:
         self.session_id = session_id
         self.handler = handler
-        self.pending: set[_Inbound] = set()
+        self.pending: dict[_Inbound, None] = {}  # a set, in less memory
 
 
 class _SharedOptions:
@@ -191,17 +191,15 @@ class _Inbound:
     """One inbound request from arrival until its single response is queued."""
 
     __slots__ = (
+        "_offered",
         "_scope",
         "answered",
         "cancel_called",
         "cancelled_result",
         "entry",
         "id",
-        "is_permission",
         "method",
-        "offered",
         "session_id",
-        "shared_options",
         "started",
         "tool_call_id",
     )
@@ -215,13 +213,26 @@ class _Inbound:
         self.cancel_called = False
         self.answered = False
         self.started = started  # for telemetry's latencies only
-        self.is_permission = False
         self.method: str | None = None  # of a request other than a permission request
-        self.entry: _HandlerEntry | None = None
+        self.entry: _HandlerEntry | None = None  # of a permission request only
         self.tool_call_id: str | None = None
         self.cancelled_result: Any = _NO_RESULT
-        self.offered: tuple[PermissionOption, ...] = ()
-        self.shared_options: _SharedOptions | None = None
+        self._offered: tuple[PermissionOption, ...] | _SharedOptions = ()
+
+    @property
+    def is_permission(self) -> bool:
+        return self.entry is not None
+
+    @property
+    def offered(self) -> tuple[PermissionOption, ...]:
+        """The options offered: the answer is checked against these."""
+        offered = self._offered
+        return offered.options if isinstance(offered, _SharedOptions) else offered
+
+    @property
+    def shared_options(self) -> _SharedOptions | None:
+        offered = self._offered
+        return offered if isinstance(offered, _SharedOptions) else None
 
     @property
     def scope(self) -> trio.CancelScope:
@@ -848,17 +859,16 @@ class Client:
         if session_id == entry.session_id:
             request.session_id = session_id = entry.session_id
         state = _Inbound(request_id, session_id, self._now())
-        shared = state.shared_options = self._share_options(request.options)
+        shared = self._share_options(request.options)
         if shared is not None:
             request.options = shared.options
-        state.is_permission = True
         state.entry = entry
         state.tool_call_id = request.tool_call.tool_call_id
         # The answer is checked against this tuple of immutable options: the handler
         # may rebind request.options, it cannot change what was offered.
-        state.offered = request.options
+        state._offered = request.options if shared is None else shared
         self._inbound[request_id] = state
-        entry.pending.add(state)
+        entry.pending[state] = None
         self.tool_calls.begin_approval(session_id, request.tool_call)
         if self._telemetry is not None:
             self._emit(
@@ -978,7 +988,7 @@ class Client:
             if not shared.uses:
                 del self._options_in_use[shared.options]
         if state.entry is not None:
-            state.entry.pending.discard(state)
+            state.entry.pending.pop(state, None)
             assert state.session_id is not None and state.tool_call_id is not None
             self.tool_calls.end_approval(state.session_id, state.tool_call_id)
         return True
