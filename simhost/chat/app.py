@@ -361,15 +361,13 @@ class ChatApp:
         approval = self.queue.add(session_id, request)
         self._sync()
         try:
-            await approval.answered.wait()
+            return await approval.wait()
         finally:
             # Withdrawn, turn cancelled, or closing: the card goes, and says why.
             if approval.decision is None and self.queue.remove(approval):
                 self._sync()
                 if not self._closing:
                     self._withdrawn_notice(approval, self._withdraw_reason())
-        assert approval.decision is not None
-        return approval.decision
 
     def _withdrawn_notice(self, approval: Approval, reason: str) -> None:
         self._flush_partial(approval.session_id)

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import trio
-
-from permclient import Decision, PermissionRequest
+from permclient import Answer, Decision, PermissionRequest
 
 __all__ = ["Approval", "ApprovalQueue"]
 
@@ -20,14 +18,13 @@ __all__ = ["Approval", "ApprovalQueue"]
 class Approval:
     """One permission request waiting for an answer from the person."""
 
-    __slots__ = ("answered", "decision", "request", "seq", "session_id", "shown_at")
+    __slots__ = ("_answer", "request", "seq", "session_id", "shown_at")
 
     def __init__(self, seq: int, session_id: str, request: PermissionRequest) -> None:
         self.seq = seq
         self.session_id = session_id
         self.request = request
-        self.decision: Decision | None = None
-        self.answered = trio.Event()
+        self._answer = Answer()
         self.shown_at: float | None = None
         """When the card last became visible (trio clock), ``None`` while hidden."""
 
@@ -37,11 +34,18 @@ class Approval:
         call = self.request.tool_call
         return call.title or call.tool_call_id
 
+    @property
+    def decision(self) -> Decision | None:
+        """The person's decision, or ``None`` while there is none."""
+        return self._answer.decision
+
     def answer(self, decision: Decision) -> None:
-        """Record the person's decision and wake the handler waiting for it."""
-        if self.decision is None:
-            self.decision = decision
-            self.answered.set()
+        """Record the person's decision (the first one counts) and wake the handler."""
+        self._answer.set(decision)
+
+    async def wait(self) -> Decision:
+        """The person's decision, once given."""
+        return await self._answer
 
     def __repr__(self) -> str:
         return f"Approval(#{self.seq}, {self.session_id!r}, {self.tool_title!r})"
