@@ -10,9 +10,15 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 PYTHON_SDK_AGENT = Path(__file__).resolve().parent / "interop" / "acp_python_agent.py"
 
 
-def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def run(*args: str, cwd: Path, stdin: str = "") -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, *args], capture_output=True, text=True, timeout=60, cwd=cwd, check=False
+        [sys.executable, *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=cwd,
+        check=False,
     )
 
 
@@ -30,3 +36,20 @@ def test_acp_client_drives_an_official_python_sdk_agent(tmp_path: Path) -> None:
     assert "agent: permclient-interop-agent 0.0.0" in result.stdout
     assert "call-1: selected allow" in result.stdout
     assert "turn ended: end_turn" in result.stdout
+
+
+def test_card_inbox_answers_cards_in_any_order_and_dismisses_the_rest(tmp_path: Path) -> None:
+    result = run(str(EXAMPLES / "card_inbox.py"), cwd=tmp_path, stdin="5 3\n2 1\n1 x\n")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert all(f"[card {n}] " in out for n in range(1, 7)) and "[card 7]" not in out
+    assert "card 5: Deny" in out and "card 2: Allow" in out and "card 1: dismissed" in out
+    assert out.count("turn ended (end_turn)") == 2
+    written = out.split("files written: ", 1)[1].split()
+    assert len(written) == 1 and written[0].startswith("burst-")  # card 2's file only
+
+
+def test_card_inbox_approves_nothing_without_input(tmp_path: Path) -> None:
+    result = run(str(EXAMPLES / "card_inbox.py"), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "files written: none" in result.stdout
