@@ -607,6 +607,7 @@ class Client:
                 return
             finally:
                 self._writing = False
+                del data  # a burst's answers can be megabytes: not held while parked
 
     async def _wait_flushed(self) -> None:
         while (self._outbuf or self._writing) and not self._write_failed:
