@@ -1093,8 +1093,12 @@ class Client:
 
 
 def _checked_decision(answer: object, offered: tuple[PermissionOption, ...]) -> Decision:
-    """Accept ``Selected`` of an offered option or ``Cancelled``; anything else is ``Cancelled``."""
-    if isinstance(answer, Selected):
+    """Accept ``Selected`` of an offered option or ``Cancelled``; anything else is ``Cancelled``.
+
+    Exact types: ``isinstance`` would run the answer's own ``__class__`` (and a
+    subclass its own ``option_id``), and nothing the handler returned may raise here.
+    """
+    if type(answer) is Selected:
         chosen = answer.option_id
         # An exact str: a subclass could compare equal to anything.
         if type(chosen) is str:
@@ -1107,10 +1111,13 @@ def _checked_decision(answer: object, offered: tuple[PermissionOption, ...]) -> 
             ", ".join(option.option_id for option in offered),
         )
         return _CANCELLED
-    if not isinstance(answer, Cancelled):
-        log.warning("handler returned %r, not a Selected or Cancelled; answered cancelled", answer)
+    if type(answer) is not Cancelled:
+        log.warning(
+            "handler returned a %s, not a Selected or Cancelled; answered cancelled",
+            type(answer).__qualname__,  # not the object: its repr is the handler's code too
+        )
         return _CANCELLED
-    return answer
+    return _CANCELLED
 
 
 def _encode_request_error(request_id: RequestId | None, exc: RequestError) -> bytes:

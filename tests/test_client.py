@@ -251,6 +251,51 @@ BAD_HANDLERS = {
 }
 
 
+class _ClassRaises:
+    """A return value that raises as soon as anyone asks its class."""
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:
+        raise ValueError("no class for you")
+
+
+class _LyingSelected(Selected):
+    """Not a Selected but something posing as one: it could override anything."""
+
+
+async def _returns_a_class_that_raises(req: PermissionRequest) -> Any:
+    return _ClassRaises()
+
+
+async def _waits_then_returns_a_class_that_raises(req: PermissionRequest) -> Any:
+    await trio.lowlevel.checkpoint()
+    return _ClassRaises()
+
+
+async def _returns_a_selected_subclass(req: PermissionRequest) -> Any:
+    return _LyingSelected("allow")
+
+
+HOSTILE_HANDLERS = {
+    "returns an object whose class raises": _returns_a_class_that_raises,
+    "blocks, then returns an object whose class raises": _waits_then_returns_a_class_that_raises,
+    "returns a subclass of Selected": _returns_a_selected_subclass,
+}
+
+
+@pytest.mark.parametrize("handler", HOSTILE_HANDLERS.values(), ids=HOSTILE_HANDLERS.keys())
+async def test_a_hostile_return_value_answers_cancelled_and_the_client_lives_on(
+    handler: Any,
+) -> None:
+    async with connected() as (client, peer):
+        with client.permission_handler("s", handler):
+            request_id = await peer.ask_permission("s")
+            assert await peer.receive() == {"jsonrpc": "2.0", "id": request_id, "result": CANCELLED}
+        with client.permission_handler("s", allow_handler):
+            request_id = await peer.ask_permission("s")
+            assert (await peer.receive())["result"] == selected("allow")
+
+
 @pytest.mark.parametrize("handler", BAD_HANDLERS.values(), ids=BAD_HANDLERS.keys())
 async def test_anything_but_an_offered_choice_answers_cancelled(handler: Any) -> None:
     async with connected() as (client, peer):
