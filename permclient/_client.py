@@ -1107,7 +1107,7 @@ def _checked_decision(answer: object, offered: tuple[PermissionOption, ...]) -> 
                     return answer
         log.warning(
             "handler chose option %r, which was not offered (%s); answered cancelled",
-            chosen,
+            chosen if type(chosen) is str else type(chosen).__qualname__,
             ", ".join(option.option_id for option in offered),
         )
         return _CANCELLED
