@@ -30,9 +30,13 @@ class Answer:
     :meth:`set` still succeeds, and a later ``await`` still returns it. One task
     at a time may await it.
 
-    Like ``trio.Event``, call its methods from the trio thread (from another
-    thread: ``trio.from_thread.run_sync(answer.select, option_id)``, or use
-    :mod:`permclient.embed`). What the runtime gets is still checked by the client:
+    Its methods are protected from Ctrl-C while they change it. (What is left, as
+    in ``trio.Event.wait``, are the few bytecodes of trio's own
+    ``wait_task_rescheduled`` before it parks the task: a Ctrl-C there, caught and
+    survived by the awaiting task, would leave it recorded as the waiter.) Like a
+    ``trio.Event``, call it from the trio thread; from another thread use
+    ``trio.from_thread.run_sync(answer.select, option_id)``, or
+    :mod:`permclient.embed`. What the runtime gets is still checked by the client:
     an option that was not offered answers ``cancelled``.
     """
 
@@ -50,6 +54,7 @@ class Answer:
         """The decision given, or ``None`` while there is none."""
         return self._decision
 
+    @trio.lowlevel.enable_ki_protection  # a Ctrl-C half way would lose the wake-up
     def set(self, decision: Decision) -> bool:
         """Give the decision; ``False`` (and nothing changes) if one was given before.
 
@@ -73,6 +78,7 @@ class Answer:
         """``set(Cancelled())``: the human dismissed the question."""
         return self.set(_CANCELLED)
 
+    @trio.lowlevel.enable_ki_protection  # a Ctrl-C half way would leave a stale waiter
     def __await__(self) -> Generator[Any, Any, Decision]:
         if self._decision is not None:
             return _given(self._decision).__await__()

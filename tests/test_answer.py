@@ -145,3 +145,35 @@ async def test_an_option_that_was_not_offered_still_answers_cancelled() -> None:
         with client.permission_handler("s", handler):
             request_id = await peer.ask_permission("s")
             assert await peer.receive() == {"jsonrpc": "2.0", "id": request_id, "result": CANCELLED}
+
+
+async def test_giving_and_awaiting_run_protected_from_ctrl_c(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A Ctrl-C between recording the decision and waking the waiter (or between
+    # recording the waiter and parking it) would strand the handler: both run with
+    # KeyboardInterrupt deferred, which is what trio.Event.set does too.
+    protected: dict[str, bool] = {}
+    real_current_task = trio.lowlevel.current_task
+    real_reschedule = trio.lowlevel.reschedule
+
+    def current_task() -> trio.lowlevel.Task:
+        protected["await"] = trio.lowlevel.currently_ki_protected()
+        return real_current_task()
+
+    def reschedule(task: trio.lowlevel.Task, next_send: Any = None) -> None:
+        protected["set"] = trio.lowlevel.currently_ki_protected()
+        real_reschedule(task, next_send)
+
+    answer = Answer()
+
+    async def handler() -> None:
+        await answer
+
+    async with trio.open_nursery() as nursery:
+        monkeypatch.setattr(trio.lowlevel, "current_task", current_task)
+        monkeypatch.setattr(trio.lowlevel, "reschedule", reschedule)
+        nursery.start_soon(handler)
+        await trio.testing.wait_all_tasks_blocked()
+        answer.select("allow")
+    assert protected == {"await": True, "set": True}
