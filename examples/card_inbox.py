@@ -11,7 +11,7 @@ answers any card, in any order. Here the UI is lines on standard input:
 * ``ls``: list the open cards.
 
 Cards are numbered in the order they open; a command for a card that has not opened
-yet waits for it (so answers can be piped in). End of input dismisses every card
+yet is kept until it does (so answers can be piped in). End of input dismisses every card
 still open, and any that opens later. Nothing is approved by default.
 
 Usage::
@@ -44,18 +44,18 @@ class Inbox:
         self.cards: dict[int, tuple[PermissionRequest, Answer]] = {}
         self.closed = False  # end of input: no one is left to answer
         self.opened = 0  # cards numbered so far
-        self._card_opened = trio.Event()
+        self.early: dict[int, list[str]] = {}  # what to do with a card once it opens
 
     async def ask(self, request: PermissionRequest) -> Decision:
         self.opened += 1
         number = self.opened
         answer = Answer()
+        self.cards[number] = (request, answer)
+        show(number, request)
+        for choice in self.early.pop(number, ()):
+            self.decide(number, choice)
         if self.closed:
             answer.cancel()
-        self.cards[number] = (request, answer)
-        self._card_opened.set()
-        self._card_opened = trio.Event()
-        show(number, request)
         try:
             return await answer
         finally:
@@ -64,38 +64,53 @@ class Inbox:
             if answer.decision is None:
                 print(f"card {number}: withdrawn")
 
-    async def command(self, line: str) -> None:
+    def command(self, line: str) -> None:
         words = line.split()
         if words == ["ls"]:
-            for number, (request, _) in self.cards.items():
-                show(number, request)
+            for open_number, (request, _) in self.cards.items():
+                show(open_number, request)
             if not self.cards:
                 print("no open cards")
             return
-        if len(words) != 2 or not words[0].isdigit() or int(words[0]) < 1:
+        number = number_in(words[0]) if len(words) == 2 else None
+        if number is None or number < 1:
             print(f"not a command: {line.strip()!r} (N K, N x or ls)")
-            return
-        while int(words[0]) > self.opened:
-            await self._card_opened.wait()
-        card = self.cards.get(int(words[0]))
+        elif number > self.opened:
+            self.early.setdefault(number, []).append(words[1])  # piped input runs ahead
+        else:
+            self.decide(number, words[1])
+
+    def decide(self, number: int, choice: str) -> None:
+        card = self.cards.get(number)
         if card is None:
-            print(f"card {words[0]} is closed")
+            print(f"card {number} is closed")
             return
         request, answer = card
-        if words[1] == "x":
+        option = number_in(choice)
+        if choice == "x":
             answer.cancel()
-            print(f"card {words[0]}: dismissed")
-        elif words[1].isdigit() and 1 <= int(words[1]) <= len(request.options):
-            option = request.options[int(words[1]) - 1]
-            answer.select(option.option_id)
-            print(f"card {words[0]}: {option.name}")
+            print(f"card {number}: dismissed")
+        elif option is not None and 1 <= option <= len(request.options):
+            picked = request.options[option - 1]
+            answer.select(picked.option_id)
+            print(f"card {number}: {picked.name}")
         else:
-            print(f"card {words[0]} has options 1-{len(request.options)}")
+            print(f"card {number} has options 1-{len(request.options)}, or x")
 
     def close(self) -> None:
+        """No one is left to answer: dismiss what is open and whatever opens later."""
         self.closed = True
         for _, answer in self.cards.values():
             answer.cancel()
+
+    def report_unused(self) -> None:
+        for number in sorted(self.early):
+            print(f"card {number} never opened: {len(self.early[number])} command(s) not used")
+
+
+def number_in(word: str) -> int | None:
+    """``word`` as a number if it is one written in ASCII digits (``int`` takes more)."""
+    return int(word) if word.isascii() and word.isdigit() else None
 
 
 def show(number: int, request: PermissionRequest) -> None:
@@ -104,12 +119,11 @@ def show(number: int, request: PermissionRequest) -> None:
     print(f"[card {number}] {request.session_id}: {tool.title or tool.tool_call_id}  |  {options}")
 
 
-_reading = False  # a worker thread is inside readline(): see cli()
+_reading = False  # a worker thread is in (or on its way into) readline(): see cli()
 
 
 def read_line() -> str:
     global _reading
-    _reading = True
     try:
         return sys.stdin.readline()
     finally:
@@ -118,14 +132,16 @@ def read_line() -> str:
 
 async def read_commands(inbox: Inbox) -> None:
     """The UI: one command per line, until end of input."""
+    global _reading
     while True:
+        _reading = True  # before the thread starts: it may be abandoned before it runs
         line = await trio.to_thread.run_sync(read_line, abandon_on_cancel=True)
         if not line:
             print("(end of input: open cards dismissed)")
             inbox.close()
             return
         if line.strip():
-            await inbox.command(line)
+            inbox.command(line)
 
 
 async def turn(session: AcpSession, inbox: Inbox) -> None:
@@ -148,6 +164,7 @@ async def main(workspace: Path) -> None:
                 for session in sessions:
                     turns.start_soon(turn, session, inbox)
             ui.cancel_scope.cancel()  # both turns are over
+    inbox.report_unused()
 
 
 def cli() -> int:
@@ -159,6 +176,9 @@ def cli() -> int:
             trio.run(main, workspace)
         except KeyboardInterrupt:
             code = 130
+        except (permclient.PermclientError, OSError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            code = 1
         written = sorted(path.name for path in workspace.glob("burst-*.txt"))
         print(f"files written: {', '.join(written) or 'none'}")
     if _reading:
