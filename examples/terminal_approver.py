@@ -127,7 +127,7 @@ async def ask(request: PermissionRequest) -> Decision:
         answer = line.strip().lower()
         if answer == "q":
             return Cancelled()
-        if answer.isdigit() and 1 <= int(answer) <= len(request.options):
+        if answer.isascii() and answer.isdigit() and 1 <= int(answer) <= len(request.options):
             return Selected(request.options[int(answer) - 1].option_id)
         if answer:
             print(f"not an option: {line.strip()!r}")

@@ -85,6 +85,7 @@ def test_grammar_parses(prompt: str, command: grammar.Command) -> None:
         ("burst -3", "burst"),
         (f"burst {grammar.MAX_BURST + 1}", "burst"),
         ("burst many", "burst"),
+        ("burst \N{SUPERSCRIPT TWO}", "burst"),  # a digit to str.isdigit, not to int()
     ],
 )
 def test_grammar_usage_errors(prompt: str, verb: str) -> None:

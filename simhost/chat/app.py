@@ -284,7 +284,7 @@ class ChatApp:
             lowered = text.lower()
             if lowered in ("esc", "cancel", "cancelled"):
                 self._answer(card, Cancelled(), how=lowered)
-            elif text.isdigit():
+            elif text.isascii() and text.isdigit():  # int() takes other digits too
                 self._pick(card, int(text))
             elif lowered in ("/quit", "/exit"):
                 self.quit(0)

@@ -34,7 +34,7 @@ _XML_INVALID: Final = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0
 
 def _label_key(turn: TurnResult) -> tuple[int, str, int]:
     name, _, copy = turn.session.rpartition("#")
-    if name and copy.isdigit():
+    if name and copy.isascii() and copy.isdigit():
         return turn.repeat, name, int(copy)
     return turn.repeat, turn.session, 0
 

@@ -195,7 +195,7 @@ def parse(prompt: str) -> Command:
             return _usage(verb, "no COMMAND")
         return Run(rest)
     if verb == "burst":
-        if not rest.isdigit() or not 1 <= int(rest) <= MAX_BURST:
+        if not (rest.isascii() and rest.isdigit()) or not 1 <= int(rest) <= MAX_BURST:
             return _usage(verb, f"N must be a whole number from 1 to {MAX_BURST}")
         return Burst(int(rest))
     return Say(text)
