@@ -127,15 +127,15 @@ async def scenario(ops: list[tuple[str, Any]]) -> None:
                     session = SESSIONS[index]
                     behaviours[qid] = how
                     stack = model.stacks[session]
-                    registration = stack[-1] if stack else None
-                    model.routed_to[qid] = registration
-                    if registration is None or how in ("raise", "unoffered"):
+                    route = stack[-1] if stack else None
+                    model.routed_to[qid] = route
+                    if route is None or how in ("raise", "unoffered"):
                         model.expected[qid] = CANCELLED
                     elif how in ("allow_now", "deny_now"):
                         model.expected[qid] = selected(how.removesuffix("_now"))
                     else:
                         model.expected[qid] = None
-                        model.pending_of[registration].append(qid)
+                        model.pending_of[route].append(qid)
                     params = {
                         "sessionId": session,
                         "toolCall": {"toolCallId": f"q{qid}", "title": f"question {qid}"},
@@ -164,10 +164,8 @@ async def scenario(ops: list[tuple[str, Any]]) -> None:
         await drain()
     for qid, fate in model.expected.items():
         assert got.get(qid) == [CANCELLED if fate is None else fate], (qid, behaviours[qid])
-        registration = model.routed_to[qid]
-        assert seen.get(qid, []) == (
-            [] if registration is None else [(_session_of(qid, ops), registration)]
-        )
+        route = model.routed_to[qid]
+        assert seen.get(qid, []) == ([] if route is None else [(_session_of(qid, ops), route)])
     assert set(got) == set(model.expected)  # nothing for ids never asked
 
 
