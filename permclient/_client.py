@@ -13,7 +13,7 @@ request runs in a task of its own.
 from __future__ import annotations
 
 import logging
-import time
+import math
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -171,11 +171,12 @@ class _Route:
 
 
 class _HandlerEntry:
-    __slots__ = ("handler", "pending", "session_id")
+    __slots__ = ("handler", "pending", "session_id", "timeout")
 
-    def __init__(self, session_id: str, handler: PermissionHandler) -> None:
+    def __init__(self, session_id: str, handler: PermissionHandler, timeout: float | None) -> None:
         self.session_id = session_id
         self.handler = handler
+        self.timeout = timeout  # seconds from a request's arrival, or None
         self.pending: dict[_Inbound, None] = {}  # a set, in less memory
 
 
@@ -212,7 +213,7 @@ class _Inbound:
         self._scope: trio.CancelScope | None = None
         self.cancel_called = False
         self.answered = False
-        self.started = started  # for telemetry's latencies only
+        self.started = started  # trio time of arrival, when telemetry or a timeout needs it
         self.method: str | None = None  # of a request other than a permission request
         self.entry: _HandlerEntry | None = None  # of a permission request only
         self.tool_call_id: str | None = None
@@ -238,10 +239,17 @@ class _Inbound:
     def scope(self) -> trio.CancelScope:
         """The handler's cancel scope, made when the handler first blocks."""
         if self._scope is None:
-            self._scope = trio.CancelScope()
+            timeout = self.entry.timeout if self.entry is not None else None
+            deadline = math.inf if timeout is None else self.started + timeout
+            self._scope = trio.CancelScope(deadline=deadline)
             if self.cancel_called:
                 self._scope.cancel()
         return self._scope
+
+    @property
+    def timed_out(self) -> bool:
+        """Whether the registration's timeout cancelled the handler (nothing else did)."""
+        return self._scope is not None and self._scope.cancel_called and not self.cancel_called
 
     def cancel(self) -> None:
         self.cancel_called = True
@@ -407,7 +415,9 @@ class Client:
         await trio.lowlevel.checkpoint()
 
     @contextmanager
-    def permission_handler(self, session_id: str, handler: PermissionHandler) -> Iterator[None]:
+    def permission_handler(
+        self, session_id: str, handler: PermissionHandler, *, timeout: float | None = None
+    ) -> Iterator[None]:
         """Route ``session/request_permission`` requests of ``session_id`` to ``handler``.
 
         Scope it to a turn. The handler is ``async (PermissionRequest) -> Decision``;
@@ -416,13 +426,22 @@ class Client:
         was not offered, the scope being cancelled) answers ``cancelled``. A
         nested registration for the same session shadows this one until it
         exits. On exit, requests still pending with this handler are answered
-        ``cancelled`` at once.
+        ``cancelled`` at once. With a ``timeout`` (seconds), a request still
+        pending that long after it arrived is answered ``cancelled`` and its
+        handler cancelled (telemetry ``by: "timeout"``).
 
-        Raises :class:`ValueError` if ``session_id`` is empty.
+        Raises :class:`ValueError` if ``session_id`` is empty or ``timeout`` is not
+        a positive number of seconds.
         """
         if not isinstance(session_id, str) or not session_id:
             raise ValueError("session_id must be a non-empty string")
-        entry = _HandlerEntry(session_id, handler)
+        if timeout is not None and (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not 0 < timeout < math.inf
+        ):
+            raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
+        entry = _HandlerEntry(session_id, handler, timeout)
         stack = self._permission_handlers.setdefault(session_id, [])
         stack.append(entry)
         try:
@@ -769,7 +788,12 @@ class Client:
 
     def _on_request(self, message: Request) -> None:
         if self._telemetry is not None:
-            self._emit("server_request.start", request_id=message.id, method=message.method)
+            self._emit(
+                "server_request.start",
+                request_id=message.id,
+                session_id=self._session_id_of(message.params),
+                method=message.method,
+            )
         if message.id in self._inbound:
             log.warning("peer reused id %r of a pending request; refusing the new one", message.id)
             self._queue(
@@ -818,8 +842,10 @@ class Client:
         self._inbound[message.id] = state
         self._nursery.start_soon(self._run_request, state, route.handler, params)
 
-    def _now(self) -> float:
-        return time.monotonic() if self._telemetry is not None else 0.0
+    def _now(self, entry: _HandlerEntry | None = None) -> float:
+        """Arrival time, on trio's clock, when telemetry or a timeout will need it."""
+        needed = self._telemetry is not None or (entry is not None and entry.timeout is not None)
+        return trio.current_time() if needed else 0.0
 
     def _emit(self, event: str, **fields: Any) -> None:
         if self._telemetry is not None:
@@ -859,7 +885,7 @@ class Client:
         # (Only when equal, as routing makes them: anything else must stay visible.)
         if session_id == entry.session_id:
             request.session_id = session_id = entry.session_id
-        state = _Inbound(request_id, session_id, self._now())
+        state = _Inbound(request_id, session_id, self._now(entry))
         shared = self._share_options(request.options)
         if shared is not None:
             request.options = shared.options
@@ -950,6 +976,9 @@ class Client:
         state = cast(_Inbound, owner)
         if state.answered:
             return
+        if state.timed_out:  # whatever the handler returned once its time was up
+            self._cancel_inbound(state, "timeout")
+            return
         if state.cancel_called or answer is _UNANSWERED:
             self._answer_permission(state, _CANCELLED)
         else:
@@ -974,7 +1003,7 @@ class Client:
                 session_id=state.session_id,
                 outcome="selected" if selected else "cancelled",
                 option_id=decision.option_id if isinstance(decision, Selected) else None,
-                latency_ms=round((time.monotonic() - state.started) * 1000, 3),
+                latency_ms=round((trio.current_time() - state.started) * 1000, 3),
             )
 
     def _retire(self, state: _Inbound) -> bool:
@@ -1016,7 +1045,7 @@ class Client:
             request_id=state.id,
             session_id=state.session_id,
             by=by,
-            latency_ms=round((time.monotonic() - state.started) * 1000, 3),
+            latency_ms=round((trio.current_time() - state.started) * 1000, 3),
         )
 
     @staticmethod

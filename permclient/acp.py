@@ -521,9 +521,11 @@ class AcpSession:
         """Send ``session/cancel``: pending permission requests answer ``cancelled`` now."""
         await self.agent.client.notify("session/cancel", {"sessionId": self.id})
 
-    def permission_handler(self, handler: PermissionHandler) -> Any:
+    def permission_handler(
+        self, handler: PermissionHandler, *, timeout: float | None = None
+    ) -> Any:
         """:meth:`Client.permission_handler` for this session (a context manager)."""
-        return self.agent.client.permission_handler(self.id, handler)
+        return self.agent.client.permission_handler(self.id, handler, timeout=timeout)
 
     def elicitation_handler(self, handler: ElicitationHandler) -> Any:
         """Route this session's ``elicitation/create`` (form mode) to ``handler``.

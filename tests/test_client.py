@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import io
 import json
@@ -893,7 +894,16 @@ async def test_telemetry_records_every_approval_path() -> None:
     for event in events:
         by_event.setdefault(event["event"], []).append(event)
         assert isinstance(event["ts"], float)
-    assert len(by_event["server_request.start"]) == 4
+        assert "request_id" in event and "session_id" in event, event
+        if event["event"] in ("approval.responded", "approval.cancelled"):
+            assert event["latency_ms"] >= 0
+    starts = by_event["server_request.start"]
+    assert [(e["request_id"], e["session_id"]) for e in starts] == [
+        (1, "s"),
+        (2, "s"),
+        (3, "other"),
+        (4, "s"),
+    ]
     assert [e["request_id"] for e in by_event["approval.requested"]] == [1, 2]
     (responded,) = by_event["approval.responded"]
     assert responded["outcome"] == "selected" and responded["option_id"] == "allow"
@@ -902,6 +912,130 @@ async def test_telemetry_records_every_approval_path() -> None:
     assert cancelled["by"] == "peer" and cancelled["request_id"] == 2
     assert by_event["approval.unrouted"][0]["session_id"] == "other"
     assert by_event["approval.malformed"][0]["request_id"] == 4
+
+
+async def test_telemetry_says_who_cancelled_a_pending_request() -> None:
+    sink = io.StringIO()
+    telemetry = permclient.JsonlTelemetry(sink)
+    ours, theirs = trio.testing.memory_stream_pair()
+    peer = FakePeer(theirs, "bridge")
+    async with permclient.open_client(ours, dialect="bridge", telemetry=telemetry) as client:
+        waiter = Waiter()
+        with client.permission_handler("s", waiter):
+            await peer.ask_permission("s", request_id="turn")
+            await waiter.arrived.wait()
+        assert (await peer.receive())["result"] == CANCELLED
+        with client.permission_handler("s", waiter):
+            await peer.ask_permission("s", request_id="teardown")
+            while len(waiter.seen) < 2:
+                await trio.testing.wait_all_tasks_blocked()
+            await theirs.aclose()  # the runtime goes away with a question open
+            await client.wait_closed()
+    cancelled = [json.loads(line) for line in sink.getvalue().splitlines()]
+    assert [
+        (e["request_id"], e["by"]) for e in cancelled if e["event"] == "approval.cancelled"
+    ] == [
+        ("turn", "turn"),
+        ("teardown", "teardown"),
+    ]
+    assert waiter.cancelled == ["call-1", "call-1"]
+
+
+# ------------------------------------------------------------ registration timeout
+
+
+async def test_a_registration_timeout_answers_a_waiting_request_cancelled(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    sink = io.StringIO()
+    async with connected(telemetry=permclient.JsonlTelemetry(sink)) as (client, peer):
+        waiter = Waiter()
+        with client.permission_handler("s", waiter, timeout=30):
+            start = trio.current_time()
+            request_id = await peer.ask_permission("s")
+            assert await peer.receive() == {"jsonrpc": "2.0", "id": request_id, "result": CANCELLED}
+            assert trio.current_time() - start == pytest.approx(30)
+            assert waiter.cancelled == ["call-1"]  # the handler was cancelled, its card closed
+            await assert_nothing_more(peer)
+    events = [json.loads(line) for line in sink.getvalue().splitlines()]
+    (cancelled,) = [e for e in events if e["event"] == "approval.cancelled"]
+    assert cancelled["by"] == "timeout" and cancelled["request_id"] == request_id
+    assert cancelled["latency_ms"] == pytest.approx(30_000)
+
+
+async def test_an_answer_before_the_timeout_is_the_only_answer(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    async with connected() as (client, peer):
+        waiter = Waiter()
+        with client.permission_handler("s", waiter, timeout=30):
+            request_id = await peer.ask_permission("s")
+            await waiter.arrived.wait()
+            await trio.sleep(29)
+            waiter.release.set()
+            assert await peer.receive() == {
+                "jsonrpc": "2.0",
+                "id": request_id,
+                "result": selected("allow"),
+            }
+            await trio.sleep(60)  # well past the deadline
+            await assert_nothing_more(peer)
+
+
+async def test_a_handler_that_ignores_its_timeout_still_answers_cancelled_once(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    async def stubborn(req: PermissionRequest) -> Selected:
+        with contextlib.suppress(trio.Cancelled):  # swallowed: bad manners, changes nothing
+            await trio.sleep_forever()
+        return Selected("allow")
+
+    async with connected() as (client, peer):
+        with client.permission_handler("s", stubborn, timeout=5):
+            request_id = await peer.ask_permission("s")
+            assert await peer.receive() == {"jsonrpc": "2.0", "id": request_id, "result": CANCELLED}
+            await assert_nothing_more(peer)
+
+
+async def test_a_timeout_reaches_a_handler_waiting_inside_a_scope_of_its_own(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    unwound = trio.Event()
+
+    async def patient(req: PermissionRequest) -> Selected:
+        try:
+            with trio.move_on_after(3600):
+                await trio.sleep_forever()
+            return Selected("allow")  # pragma: no cover - the timeout comes first
+        finally:
+            unwound.set()
+
+    async with connected() as (client, peer):
+        with client.permission_handler("s", patient, timeout=10):
+            start = trio.current_time()
+            await peer.ask_permission("s")
+            assert (await peer.receive())["result"] == CANCELLED
+            assert trio.current_time() - start == pytest.approx(10)
+            await unwound.wait()
+
+
+async def test_a_handler_that_answers_at_once_is_not_touched_by_a_timeout(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    async with connected() as (client, peer):
+        with client.permission_handler("s", allow_handler, timeout=1):
+            await peer.ask_permission("s")
+            assert (await peer.receive())["result"] == selected("allow")
+            await trio.sleep(5)
+            await assert_nothing_more(peer)
+
+
+@pytest.mark.parametrize("bad", [0, -1, float("nan"), float("inf"), True, "5"])
+async def test_a_timeout_must_be_a_positive_number_of_seconds(bad: Any) -> None:
+    async with connected() as (client, _):
+        registration = client.permission_handler("s", allow_handler, timeout=bad)
+        with pytest.raises(ValueError, match="timeout must be a positive number"):
+            registration.__enter__()
 
 
 async def test_peer_cancel_can_answer_with_a_result_for_turn_like_requests() -> None:
