@@ -467,6 +467,54 @@ async def test_response_for_an_id_never_sent_is_dropped(caplog: pytest.LogCaptur
     assert "never sent" in caplog.text
 
 
+async def test_a_response_for_an_already_settled_request_is_dropped(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level("DEBUG", logger="permclient")
+    async with connected() as (client, peer):
+        async with trio.open_nursery() as nursery:
+            results: list[Any] = []
+
+            async def call() -> None:
+                results.append(await client.request("sessionNew", {"title": "t"}))
+
+            nursery.start_soon(call)
+            sent = await peer.receive()
+            await peer.send({"jsonrpc": "2.0", "id": sent["id"], "result": {"sessionId": "s-1"}})
+        # The same id again, as a result and as an error: the request is settled.
+        await peer.send({"jsonrpc": "2.0", "id": sent["id"], "result": {"sessionId": "s-2"}})
+        await peer.send(
+            {"jsonrpc": "2.0", "id": sent["id"], "error": {"code": -32603, "message": "late"}}
+        )
+        await assert_nothing_more(peer)
+        assert results == [{"sessionId": "s-1"}] and client.closed_reason is None
+    assert caplog.text.count(f"dropped a late response for settled request {sent['id']!r}") == 2
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+async def test_an_inbound_request_may_reuse_the_id_of_one_of_ours(dialect: str) -> None:
+    # Ids are per direction: a request from the runtime with the id of our pending
+    # request is a request (it has a method), and our request still gets its response.
+    async with connected(dialect) as (client, peer):
+        async with trio.open_nursery() as nursery:
+            results: list[Any] = []
+
+            async def call() -> None:
+                results.append(await client.request("sessionNew", {"title": "t"}))
+
+            nursery.start_soon(call)
+            sent = await peer.receive()
+            with client.permission_handler("s", allow_handler):
+                await peer.ask_permission("s", request_id=sent["id"])
+                assert await peer.receive() == {
+                    "jsonrpc": "2.0",
+                    "id": sent["id"],
+                    "result": selected("allow"),
+                }
+            await peer.send({"jsonrpc": "2.0", "id": sent["id"], "result": {"sessionId": "s-1"}})
+        assert results == [{"sessionId": "s-1"}]
+
+
 async def test_request_returns_result_and_raises_request_error_for_error_responses() -> None:
     async with connected() as (client, peer):
         async with trio.open_nursery() as nursery:
@@ -763,17 +811,25 @@ async def test_on_request_answers_results_errors_and_internal_errors() -> None:
 # ------------------------------------------------------------- notifications
 
 
-async def test_notifications_sent_before_session_new_returns_are_not_lost() -> None:
-    async with connected("acp") as (client, peer):
+NEW_SESSION = {
+    "acp": ("session/new", {"cwd": "/w", "mcpServers": []}),
+    "bridge": ("sessionNew", {"title": "t"}),
+}
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+async def test_notifications_sent_before_session_new_returns_are_not_lost(dialect: str) -> None:
+    async with connected(dialect) as (client, peer):
         seen: list[Any] = []
         async with trio.open_nursery() as nursery:
             result: dict[str, Any] = {}
 
             async def new_session() -> None:
-                result.update(await client.request("session/new", {"cwd": "/w", "mcpServers": []}))
+                result.update(await client.request(*NEW_SESSION[dialect]))
 
             nursery.start_soon(new_session)
             sent = await peer.receive()
+            assert sent["method"] == NEW_SESSION[dialect][0]
             for n in range(3):
                 await peer.notify(
                     "session/update",
