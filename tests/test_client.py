@@ -1223,7 +1223,7 @@ async def test_a_peer_that_never_reads_cannot_grow_our_write_buffer_without_end(
         await trio.testing.wait_all_tasks_blocked()
         assert sent < 500  # the client stopped reading: the flood is held back
         assert len(client._outbuf) < 2000 + 1000
-        answered = set()
+        answered: set[Any] = set()
         while len(answered) < 500:
             answered.add((await peer.receive())["id"])
         assert answered == set(range(500))
@@ -1360,7 +1360,7 @@ async def test_a_request_withdrawn_in_the_same_read_never_reaches_its_handler() 
 async def test_a_session_callback_registered_by_a_method_callback_gets_that_notification() -> None:
     async with connected() as (client, peer):
         seen: list[int] = []
-        registrations = []
+        registrations: list[Any] = []
 
         def first_sight(note: permclient.InboundNotification) -> None:
             if not registrations and note.session_id:
