@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -26,6 +27,24 @@ def test_terminal_approver_denies_everything_but_reads_when_told_to(tmp_path: Pa
     result = run(str(EXAMPLES / "terminal_approver.py"), "--auto", "deny", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "chose 'Deny'" in result.stdout
+
+
+def test_terminal_approver_allows_reads_itself_and_asks_for_the_rest(tmp_path: Path) -> None:
+    # The default prompt: read (automatic), then edit (1 Allow once, 2 Deny), then run
+    # (1 Allow once, 2 Always allow, 3 Deny). "1" allows the edit once, "3" denies the run.
+    result = run(str(EXAMPLES / "terminal_approver.py"), cwd=tmp_path, stdin="1\n3\n")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "[auto] read allowed: Read README.md -> Allow once" in out
+    assert out.count("choose 1-") == 2  # asked about the edit and the run only
+    turn = json.loads(out.split("== turn result ==", 1)[1].split("== tool calls", 1)[0])
+    assert turn["stopReason"] == "end_turn"
+    answers = [(r["title"], r["optionId"], r["allowed"]) for r in turn["results"]]
+    assert answers == [
+        ("Read README.md", "allow-once", True),
+        ("Edit notes.txt", "allow-once", True),
+        ("Run `ls -la`", "reject-once", False),
+    ]
 
 
 def test_acp_client_drives_an_official_python_sdk_agent(tmp_path: Path) -> None:

@@ -6,7 +6,9 @@ import json
 import os
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import pytest
 import trio
@@ -41,26 +43,95 @@ ASKER = textwrap.dedent(
     """
 )
 
+# A runtime that answers one request with its working directory and environment.
+REPORTER = textwrap.dedent(
+    """
+    import json, os, sys
+    request = json.loads(sys.stdin.readline())
+    result = {"cwd": os.getcwd(), "env": dict(os.environ)}
+    response = {"jsonrpc": "2.0", "id": request["id"], "result": result}
+    sys.stdout.write(json.dumps(response) + "\\n"); sys.stdout.flush()
+    """
+)
 
-async def test_answers_a_real_child_and_sends_its_stderr_to_a_file(tmp_path: Path) -> None:
-    log = tmp_path / "runtime.log"
+# The line ASKER writes to its stderr once it gets the answer ``ok`` (as ``ok`` below sends it).
+ASKER_ANSWER = (
+    "answer "
+    + json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": 0,
+            "result": {"outcome": {"outcome": "selected", "optionId": "ok"}},
+        },
+        separators=(",", ":"),
+    )
+    + "\n"
+)
 
-    async def ok(req: PermissionRequest) -> Selected:
-        return Selected("ok")
 
+async def ok(req: PermissionRequest) -> Selected:
+    return Selected("ok")
+
+
+async def run_asker(stderr: str | os.PathLike[str] | IO[bytes] | None) -> None:
+    """Run ASKER to its end, answering its question with ``ok``."""
     with trio.fail_after(20):
         async with permclient.open_process(
-            [sys.executable, "-c", ASKER], dialect="acp", stderr=log
+            [sys.executable, "-c", ASKER], dialect="acp", stderr=stderr
         ) as client:
             with client.permission_handler("s", ok):
                 assert client.process is not None
                 await client.process.wait()
-    answer = {
-        "jsonrpc": "2.0",
-        "id": 0,
-        "result": {"outcome": {"outcome": "selected", "optionId": "ok"}},
-    }
-    assert log.read_text() == f"answer {json.dumps(answer, separators=(',', ':'))}\n"
+
+
+async def test_answers_a_real_child_and_sends_its_stderr_to_a_file(tmp_path: Path) -> None:
+    log = tmp_path / "runtime.log"
+    await run_asker(log)
+    assert log.read_text() == ASKER_ANSWER
+
+
+async def test_stderr_none_sends_the_childs_stderr_to_ours(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    await run_asker(None)
+    assert ASKER_ANSWER in capfd.readouterr().err
+
+
+@pytest.fixture
+def log_file(tmp_path: Path) -> Iterator[IO[bytes]]:
+    with open(tmp_path / "runtime.log", "w+b") as file:
+        yield file
+
+
+async def test_stderr_an_open_file_gets_the_childs_stderr_and_is_left_open(
+    log_file: IO[bytes],
+) -> None:
+    await run_asker(log_file)
+    assert not log_file.closed
+    log_file.seek(0)  # still usable: permclient closed neither it nor its descriptor
+    assert log_file.read() == ASKER_ANSWER.encode()
+
+
+async def test_env_is_the_whole_environment_of_the_child(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PERMCLIENT_TEST_NOT_PASSED", "1")
+    # PYTHONCOERCECLOCALE=0: without it the child's CPython adds LC_CTYPE to its own environ.
+    env = {"PERMCLIENT_TEST_MARKER": "env-marker-4711", "PYTHONCOERCECLOCALE": "0"}
+    with trio.fail_after(20):
+        async with permclient.open_process(
+            [sys.executable, "-c", REPORTER], dialect="acp", env=env
+        ) as client:
+            result = await client.request("report")
+    assert "PERMCLIENT_TEST_NOT_PASSED" not in result["env"]
+    assert result["env"] == env
+
+
+async def test_cwd_is_the_working_directory_of_the_child(tmp_path: Path) -> None:
+    with trio.fail_after(20):
+        async with permclient.open_process(
+            [sys.executable, "-c", REPORTER], dialect="acp", cwd=tmp_path
+        ) as client:
+            result = await client.request("report")
+    assert Path(result["cwd"]) == tmp_path  # pytest's tmp_path is already resolved
 
 
 async def test_leaving_the_context_stops_a_stubborn_child_and_its_children() -> None:
