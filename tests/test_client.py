@@ -467,19 +467,28 @@ async def test_response_for_an_id_never_sent_is_dropped(caplog: pytest.LogCaptur
     assert "never sent" in caplog.text
 
 
+@asynccontextmanager
+async def session_new_in_flight(
+    client: permclient.Client, peer: FakePeer
+) -> AsyncIterator[tuple[dict[str, Any], list[Any]]]:
+    """Our ``sessionNew`` on the wire: yields what the peer received and, once it is
+    answered and the block ends, the list its result lands in."""
+    results: list[Any] = []
+
+    async def call() -> None:
+        results.append(await client.request("sessionNew", {"title": "t"}))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(call)
+        yield await peer.receive(), results
+
+
 async def test_a_response_for_an_already_settled_request_is_dropped(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level("DEBUG", logger="permclient")
     async with connected() as (client, peer):
-        async with trio.open_nursery() as nursery:
-            results: list[Any] = []
-
-            async def call() -> None:
-                results.append(await client.request("sessionNew", {"title": "t"}))
-
-            nursery.start_soon(call)
-            sent = await peer.receive()
+        async with session_new_in_flight(client, peer) as (sent, results):
             await peer.send({"jsonrpc": "2.0", "id": sent["id"], "result": {"sessionId": "s-1"}})
         # The same id again, as a result and as an error: the request is settled.
         await peer.send({"jsonrpc": "2.0", "id": sent["id"], "result": {"sessionId": "s-2"}})
@@ -496,14 +505,7 @@ async def test_an_inbound_request_may_reuse_the_id_of_one_of_ours(dialect: str) 
     # Ids are per direction: a request from the runtime with the id of our pending
     # request is a request (it has a method), and our request still gets its response.
     async with connected(dialect) as (client, peer):
-        async with trio.open_nursery() as nursery:
-            results: list[Any] = []
-
-            async def call() -> None:
-                results.append(await client.request("sessionNew", {"title": "t"}))
-
-            nursery.start_soon(call)
-            sent = await peer.receive()
+        async with session_new_in_flight(client, peer) as (sent, results):
             with client.permission_handler("s", allow_handler):
                 await peer.ask_permission("s", request_id=sent["id"])
                 assert await peer.receive() == {
