@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
+import numbers
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -239,17 +240,10 @@ class _Inbound:
     def scope(self) -> trio.CancelScope:
         """The handler's cancel scope, made when the handler first blocks."""
         if self._scope is None:
-            timeout = self.entry.timeout if self.entry is not None else None
-            deadline = math.inf if timeout is None else self.started + timeout
-            self._scope = trio.CancelScope(deadline=deadline)
+            self._scope = trio.CancelScope()
             if self.cancel_called:
                 self._scope.cancel()
         return self._scope
-
-    @property
-    def timed_out(self) -> bool:
-        """Whether the registration's timeout cancelled the handler (nothing else did)."""
-        return self._scope is not None and self._scope.cancel_called and not self.cancel_called
 
     def cancel(self) -> None:
         self.cancel_called = True
@@ -326,6 +320,9 @@ class Client:
         self._writer_scope = trio.CancelScope(shield=True)
         self._closed: str | None = None
         self._closed_event = trio.Event()
+        # Registrations' timeouts: one task sleeps until the earliest deadline, and
+        # exists only while some request with a timeout is pending.
+        self._timeout_wake: trio.CancelScope | None = None
         self.process: trio.Process | None = None
         """The runtime's process when the client came from :func:`open_process`."""
         self.tool_calls = ToolCallTracker()
@@ -427,20 +424,20 @@ class Client:
         nested registration for the same session shadows this one until it
         exits. On exit, requests still pending with this handler are answered
         ``cancelled`` at once. With a ``timeout`` (seconds), a request still
-        pending that long after it arrived is answered ``cancelled`` and its
-        handler cancelled (telemetry ``by: "timeout"``).
+        pending that long after it arrived is answered ``cancelled`` then, and its
+        handler cancelled, as a withdrawal would (telemetry ``by: "timeout"``).
 
         Raises :class:`ValueError` if ``session_id`` is empty or ``timeout`` is not
         a positive number of seconds.
         """
         if not isinstance(session_id, str) or not session_id:
             raise ValueError("session_id must be a non-empty string")
-        if timeout is not None and (
-            isinstance(timeout, bool)
-            or not isinstance(timeout, int | float)
-            or not 0 < timeout < math.inf
-        ):
-            raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
+        if timeout is not None:
+            if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+                raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
+            timeout = float(timeout)
+            if not 0 < timeout < math.inf:
+                raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
         entry = _HandlerEntry(session_id, handler, timeout)
         stack = self._permission_handlers.setdefault(session_id, [])
         stack.append(entry)
@@ -896,6 +893,8 @@ class Client:
         state._offered = request.options if shared is None else shared
         self._inbound[request_id] = state
         entry.pending[state] = None
+        if entry.timeout is not None:
+            self._watch_deadline(state.started + entry.timeout)
         self.tool_calls.begin_approval(session_id, request.tool_call)
         if self._telemetry is not None:
             self._emit(
@@ -907,6 +906,36 @@ class Client:
             )
         # Started after the rest of this read is dispatched, in one task for all.
         self._starting.append((state, request, entry.handler))
+
+    def _watch_deadline(self, deadline: float) -> None:
+        """See that the timeout task wakes by ``deadline``."""
+        if self._timeout_wake is None:
+            self._timeout_wake = trio.CancelScope(deadline=deadline)
+            self._nursery.start_soon(self._expire_timeouts, name="permclient: timeouts")
+        elif deadline < self._timeout_wake.deadline:
+            self._timeout_wake.deadline = deadline
+
+    async def _expire_timeouts(self) -> None:
+        """Answer ``cancelled`` every permission request pending past its registration's
+        timeout, at its deadline, whatever its handler is doing (as a peer cancel does)."""
+        while self._timeout_wake is not None:
+            with self._timeout_wake:
+                await trio.sleep_forever()
+            now = trio.current_time()
+            earliest = math.inf
+            for stack in list(self._permission_handlers.values()):
+                for entry in list(stack):
+                    timeout = entry.timeout
+                    # A registration's requests arrive, so expire, in order.
+                    while timeout is not None and entry.pending:
+                        state = next(iter(entry.pending))
+                        if state.started + timeout > now:
+                            earliest = min(earliest, state.started + timeout)
+                            break
+                        self._cancel_inbound(state, "timeout")
+            self._timeout_wake = (
+                None if earliest == math.inf else trio.CancelScope(deadline=earliest)
+            )
 
     def _share_options(self, options: tuple[PermissionOption, ...]) -> _SharedOptions | None:
         try:
@@ -976,9 +1005,6 @@ class Client:
         state = cast(_Inbound, owner)
         if state.answered:
             return
-        if state.timed_out:  # whatever the handler returned once its time was up
-            self._cancel_inbound(state, "timeout")
-            return
         if state.cancel_called or answer is _UNANSWERED:
             self._answer_permission(state, _CANCELLED)
         else:
@@ -1040,13 +1066,14 @@ class Client:
             return
         self._retire(state)
         self._queue(encode_result(state.id, _PERMISSION_CANCELLED))
-        self._emit(
-            "approval.cancelled",
-            request_id=state.id,
-            session_id=state.session_id,
-            by=by,
-            latency_ms=round((trio.current_time() - state.started) * 1000, 3),
-        )
+        if self._telemetry is not None:
+            self._emit(
+                "approval.cancelled",
+                request_id=state.id,
+                session_id=state.session_id,
+                by=by,
+                latency_ms=round((trio.current_time() - state.started) * 1000, 3),
+            )
 
     @staticmethod
     def _cancelled_answer(state: _Inbound) -> bytes:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import fractions
 import io
 import json
 from collections.abc import AsyncIterator
@@ -1077,6 +1078,49 @@ async def test_a_timeout_reaches_a_handler_waiting_inside_a_scope_of_its_own(
             await unwound.wait()
 
 
+async def test_a_timeout_answers_at_the_deadline_even_if_the_handler_is_slow_to_unwind(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # A handler shielded from cancellation, or slow to close its card: the agent is
+    # not kept waiting for it, the answer goes at the deadline as a withdrawal would.
+    released = trio.Event()
+
+    async def shielded(req: PermissionRequest) -> Selected:
+        with trio.CancelScope(shield=True):
+            await released.wait()
+        return Selected("allow")
+
+    async def slow_cleanup(req: PermissionRequest) -> Selected:
+        try:
+            await trio.sleep_forever()
+        finally:
+            with trio.CancelScope(shield=True):
+                await released.wait()
+        return Selected("allow")  # pragma: no cover
+
+    async with connected() as (client, peer):
+        try:
+            with (
+                client.permission_handler("a", shielded, timeout=5),
+                client.permission_handler("b", slow_cleanup, timeout=8),
+            ):
+                start = trio.current_time()
+                first = await peer.ask_permission("b")
+                second = await peer.ask_permission("a")
+                for request_id, after in ((second, 5), (first, 8)):  # in deadline order
+                    with trio.fail_after(30):  # not when the handlers are done: never
+                        reply = await peer.receive()
+                    assert reply == {"jsonrpc": "2.0", "id": request_id, "result": CANCELLED}
+                    assert trio.current_time() - start == pytest.approx(after)
+                assert client.pending_permissions() == 0
+                released.set()
+                await trio.testing.wait_all_tasks_blocked()
+                await assert_nothing_more(peer)  # what the handlers returned changes nothing
+        finally:
+            released.set()  # so that a failure above fails, rather than hangs at teardown
+        assert client._timeout_wake is None  # and the timeout task is gone: nothing to time
+
+
 async def test_a_handler_that_answers_at_once_is_not_touched_by_a_timeout(
     autojump_clock: trio.abc.Clock,
 ) -> None:
@@ -1088,7 +1132,16 @@ async def test_a_handler_that_answers_at_once_is_not_touched_by_a_timeout(
             await assert_nothing_more(peer)
 
 
-@pytest.mark.parametrize("bad", [0, -1, float("nan"), float("inf"), True, "5"])
+async def test_any_real_number_of_seconds_is_a_timeout(autojump_clock: trio.abc.Clock) -> None:
+    async with connected() as (client, peer):
+        with client.permission_handler("s", Waiter(), timeout=fractions.Fraction(3, 2)):  # type: ignore[arg-type]
+            start = trio.current_time()
+            await peer.ask_permission("s")
+            assert (await peer.receive())["result"] == CANCELLED
+            assert trio.current_time() - start == pytest.approx(1.5)
+
+
+@pytest.mark.parametrize("bad", [0, -1, float("nan"), float("inf"), True, "5", 1j])
 async def test_a_timeout_must_be_a_positive_number_of_seconds(bad: Any) -> None:
     async with connected() as (client, _):
         registration = client.permission_handler("s", allow_handler, timeout=bad)
