@@ -88,12 +88,11 @@ class Inbox:
         request, answer = card
         option = number_in(choice)
         if choice == "x":
-            answer.cancel()
-            print(f"card {number}: dismissed")
+            print(f"card {number}: dismissed" if answer.cancel() else f"card {number}: answered")
         elif option is not None and 1 <= option <= len(request.options):
             picked = request.options[option - 1]
-            answer.select(picked.option_id)
-            print(f"card {number}: {picked.name}")
+            given = answer.select(picked.option_id)  # False: it was answered already
+            print(f"card {number}: {picked.name}" if given else f"card {number}: answered")
         else:
             print(f"card {number} has options 1-{len(request.options)}, or x")
 
@@ -109,8 +108,9 @@ class Inbox:
 
 
 def number_in(word: str) -> int | None:
-    """``word`` as a number if it is one written in ASCII digits (``int`` takes more)."""
-    return int(word) if word.isascii() and word.isdigit() else None
+    """``word`` as a number if it is a few ASCII digits (``int`` takes "²", and refuses
+    more than 4,300 digits)."""
+    return int(word) if word.isascii() and word.isdigit() and len(word) < 10 else None
 
 
 def show(number: int, request: PermissionRequest) -> None:

@@ -68,8 +68,9 @@ def receive() -> Message | None:
         if line in (b"\r\n", b"\n"):
             break
         name, _, value = line.decode("ascii", "replace").partition(":")
-        if name.strip().lower() == "content-length" and value.strip().isdigit():
-            length = int(value.strip())
+        digits = value.strip()
+        if name.strip().lower() == "content-length" and digits.isascii() and digits.isdigit():
+            length = int(digits) if len(digits) <= 12 else None  # no body is that long
     if length is None:
         sys.exit("demo_agent: frame without Content-Length")
     body = _stdin.read(length)

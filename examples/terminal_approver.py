@@ -127,8 +127,11 @@ async def ask(request: PermissionRequest) -> Decision:
         answer = line.strip().lower()
         if answer == "q":
             return Cancelled()
-        if answer.isascii() and answer.isdigit() and 1 <= int(answer) <= len(request.options):
-            return Selected(request.options[int(answer) - 1].option_id)
+        # Plain ASCII digits, and few: int() refuses "²", and numbers of 4,301 digits.
+        if answer.isascii() and answer.isdigit() and len(answer) < 4:
+            number = int(answer)
+            if 1 <= number <= len(request.options):
+                return Selected(request.options[number - 1].option_id)
         if answer:
             print(f"not an option: {line.strip()!r}")
 

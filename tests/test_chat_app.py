@@ -362,6 +362,8 @@ async def test_lines_mode_answers_with_lines() -> None:
         assert "a permission card waits: answer 1-4 or esc" in chat.text
         await chat.event(Line("\N{SUPERSCRIPT TWO}"))  # a digit to str.isdigit, not to int()
         assert "a permission card waits: answer 1-4 or esc (got '²')" in chat.text
+        await chat.event(Line("1" * 4301))  # more digits than int() takes
+        assert chat.runtime.answers == []
         await chat.event(Line("esc"))
         await chat.event(Line("ask b.txt"))
         await chat.event(Line(" 1 "))

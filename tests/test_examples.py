@@ -77,10 +77,12 @@ def test_card_inbox_approves_nothing_without_input(tmp_path: Path) -> None:
 def test_card_inbox_survives_commands_for_cards_that_never_open_and_odd_digits(
     tmp_path: Path,
 ) -> None:
-    stdin = "7 1\n1 \N{SUPERSCRIPT TWO}\n\N{SUPERSCRIPT TWO} 1\n2 1\n"
+    stdin = "7 1\n1 \N{SUPERSCRIPT TWO}\n\N{SUPERSCRIPT TWO} 1\n2 1\n2 x\n3 " + "1" * 4301 + "\n"
     result = run(str(EXAMPLES / "card_inbox.py"), cwd=tmp_path, stdin=stdin)
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "card 7 never opened: 1 command(s) not used" in out
     assert "card 1 has options 1-4, or x" in out and "not a command: '² 1'" in out
     assert "card 2: Allow" in out and out.count("turn ended (end_turn)") == 2
+    assert "card 2: answered" in out and "card 2: dismissed" not in out  # first answer only
+    assert "card 3 has options 1-4, or x" in out  # 4,301 digits: not a number, no crash

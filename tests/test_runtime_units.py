@@ -86,6 +86,7 @@ def test_grammar_parses(prompt: str, command: grammar.Command) -> None:
         (f"burst {grammar.MAX_BURST + 1}", "burst"),
         ("burst many", "burst"),
         ("burst \N{SUPERSCRIPT TWO}", "burst"),  # a digit to str.isdigit, not to int()
+        ("burst " + "1" * 4301, "burst"),  # more digits than int() takes
     ],
 )
 def test_grammar_usage_errors(prompt: str, verb: str) -> None:

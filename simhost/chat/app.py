@@ -48,6 +48,7 @@ from permclient import (
     RequestError,
     Selected,
 )
+from simhost._digits import small_number
 
 from .approvals import Approval, ApprovalQueue
 from .backends import Backend, BridgeBackend, Unsupported
@@ -284,8 +285,8 @@ class ChatApp:
             lowered = text.lower()
             if lowered in ("esc", "cancel", "cancelled"):
                 self._answer(card, Cancelled(), how=lowered)
-            elif text.isascii() and text.isdigit():  # int() takes other digits too
-                self._pick(card, int(text))
+            elif (number := small_number(text)) is not None:
+                self._pick(card, number)
             elif lowered in ("/quit", "/exit"):
                 self.quit(0)
             else:

@@ -23,6 +23,8 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from simhost._digits import small_number
+
 from .runner import ScenarioResult, TurnResult
 
 __all__ = ["json_report", "junit_xml", "stats_line", "summary"]
@@ -34,8 +36,8 @@ _XML_INVALID: Final = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0
 
 def _label_key(turn: TurnResult) -> tuple[int, str, int]:
     name, _, copy = turn.session.rpartition("#")
-    if name and copy.isascii() and copy.isdigit():
-        return turn.repeat, name, int(copy)
+    if name and (number := small_number(copy)) is not None:
+        return turn.repeat, name, number
     return turn.repeat, turn.session, 0
 
 

@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass
 from typing import Final, TypeAlias
 
+from simhost._digits import small_number
+
 __all__ = [
     "MAX_BURST",
     "Burst",
@@ -195,9 +197,10 @@ def parse(prompt: str) -> Command:
             return _usage(verb, "no COMMAND")
         return Run(rest)
     if verb == "burst":
-        if not (rest.isascii() and rest.isdigit()) or not 1 <= int(rest) <= MAX_BURST:
+        count = small_number(rest)
+        if count is None or not 1 <= count <= MAX_BURST:
             return _usage(verb, f"N must be a whole number from 1 to {MAX_BURST}")
-        return Burst(int(rest))
+        return Burst(count)
     return Say(text)
 
 
