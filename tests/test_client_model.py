@@ -1,11 +1,12 @@
-"""The client against a model: random interleavings of questions, answers, cancels and turns.
+"""The client against a model: random interleavings of questions, answers, cancels, turns, time.
 
 Hypothesis drives a scripted peer and the client's handlers through sequences of
 operations: questions for sessions with or without a handler (alone, or several in
 one write), handlers that answer at once, raise, pick an option that was not
 offered, or wait (on a ``permclient.Answer``, some inside a cancel scope of their
 own) until released; peer cancels for pending, answered and unknown ids; nested
-registrations and turns ending. A small model says what each question's one answer
+registrations (some with a timeout) and turns ending, and time passing. A small model
+says what each question's one answer
 must be. Every question must get exactly one answer, that one, after its handler
 (and no other) saw it.
 """
@@ -18,7 +19,7 @@ from typing import Any, Literal
 import msgspec
 import trio
 import trio.testing
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import permclient
@@ -37,10 +38,11 @@ operation = st.one_of(
     st.tuples(
         st.just("ask"), st.lists(st.tuples(session_index, behaviour), min_size=1, max_size=4)
     ),
-    st.tuples(st.just("release"), st.integers(0, 30)),
-    st.tuples(st.just("cancel"), st.integers(0, 30)),
-    st.tuples(st.just("register"), session_index),
+    st.tuples(st.just("release"), st.integers(0, 12)),
+    st.tuples(st.just("cancel"), st.integers(0, 12)),
+    st.tuples(st.just("register"), st.tuples(session_index, st.sampled_from([None, 2, 5, 11]))),
     st.tuples(st.just("end_turn"), session_index),
+    st.tuples(st.just("sleep"), st.integers(1, 12)),
 )
 
 
@@ -52,6 +54,13 @@ class Model:
     expected: dict[int, Any] = field(default_factory=dict)  # id -> result, or None if pending
     routed_to: dict[int, int | None] = field(default_factory=dict)  # id -> registration
     pending_of: dict[int, list[int]] = field(default_factory=dict)  # registration -> ids
+    deadline: dict[int, float] = field(default_factory=dict)  # id -> when its timeout ends
+
+    def expire(self, now: float) -> None:
+        """Questions whose registration's timeout passed (the clock moves between ops)."""
+        for qid, deadline in self.deadline.items():
+            if deadline <= now and self.expected[qid] is None:
+                self.expected[qid] = CANCELLED
 
 
 CANCELLED = {"outcome": {"outcome": "cancelled"}}
@@ -101,13 +110,16 @@ async def scenario(ops: list[tuple[str, Any]]) -> None:
 
     async with permclient.open_client(ours, dialect="acp") as client:
         registrations: dict[int, Any] = {}
+        timeouts: dict[int, float | None] = {}
         next_id = next_registration = 0
         for op, arg in ops:
+            model.expire(trio.current_time())
             if op == "register":
-                session = SESSIONS[arg]
+                session, timeouts[next_registration] = SESSIONS[arg[0]], arg[1]
                 registration = next_registration
                 next_registration += 1
-                context = client.permission_handler(session, make_handler(session, registration))
+                handler = make_handler(session, registration)
+                context = client.permission_handler(session, handler, timeout=arg[1])
                 context.__enter__()
                 registrations[registration] = context
                 model.stacks[session].append(registration)
@@ -136,6 +148,9 @@ async def scenario(ops: list[tuple[str, Any]]) -> None:
                     else:
                         model.expected[qid] = None
                         model.pending_of[route].append(qid)
+                        timeout = timeouts[route]
+                        if timeout is not None:
+                            model.deadline[qid] = trio.current_time() + timeout
                     params = {
                         "sessionId": session,
                         "toolCall": {"toolCallId": f"q{qid}", "title": f"question {qid}"},
@@ -154,11 +169,14 @@ async def scenario(ops: list[tuple[str, Any]]) -> None:
                     answers[arg].select("allow")
                     if model.expected.get(arg, CANCELLED) is None:
                         model.expected[arg] = selected("allow")
+            elif op == "sleep":
+                await trio.sleep(arg)
             elif op == "cancel":
                 await peer.notify("$/cancel_request", {"requestId": arg})
                 if arg in model.expected and model.expected[arg] is None:
                     model.expected[arg] = CANCELLED
             await drain()
+        model.expire(trio.current_time())
         for context in reversed(list(registrations.values())):
             context.__exit__(None, None, None)
         await drain()
@@ -188,5 +206,20 @@ def _session_of(qid: int, ops: list[tuple[str, Any]]) -> str:
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(operation, max_size=25))
+# Answers given after a timeout passed, and a timeout racing a peer cancel and a turn.
+@example([("register", (0, 2)), ("ask", [(0, "wait")]), ("sleep", 3), ("release", 0)])
+@example(
+    [
+        ("register", (0, 5)),
+        ("register", (1, None)),
+        ("ask", [(0, "wait_in_own_scope"), (1, "wait"), (0, "wait")]),
+        ("sleep", 3),
+        ("release", 2),
+        ("sleep", 4),
+        ("release", 0),
+        ("cancel", 1),
+        ("end_turn", 0),
+    ]
+)
 def test_every_question_gets_the_one_answer_the_model_says(ops: list[tuple[str, Any]]) -> None:
     trio.run(scenario, ops, clock=trio.testing.MockClock(autojump_threshold=0))
