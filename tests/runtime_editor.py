@@ -41,8 +41,9 @@ class RuntimeEditor:
             await self._arrived.wait()
 
     def texts(self, session_id: str) -> list[str]:
+        """The agent's messages, each without the newline that ends its chunk."""
         return [
-            u["content"]["text"]
+            u["content"]["text"].removesuffix("\n")
             for u in self.updates[session_id]
             if u["sessionUpdate"] == "agent_message_chunk"
         ]

@@ -215,14 +215,16 @@ async def test_allow_always_is_remembered_and_persisted(tmp_path: Path) -> None:
             await editor.send(session, "create a.txt with a", answering("allow-always", seen))
             assert len(seen) == 1
             assert simhost_meta(editor.last_call(session))["optionId"] == "allow-always"
-            await editor.send(session, "create b.txt with b")  # not asked
-            assert (editor.workspace / "b.txt").read_text() == "b\n"
+            await editor.send(session, "edit a.txt: a => b")  # not asked: the same file
+            assert (editor.workspace / "a.txt").read_text() == "b\n"
+            receipt = 'allowed by your grant "Always allow edits to a.txt in this session"'
             assert simhost_meta(editor.last_call(session)) == {
                 "decidedBy": "grant",
                 "decision": "allow",
+                "grant": receipt,
             }
-            assert any("standing grant" in text for text in editor.texts(session))
-            # reject_always is remembered the same way, per tool.
+            assert receipt in editor.texts(session)
+            # reject_always is remembered the same way, for the command's program.
             await editor.send(session, "run touch c.txt", answering("deny-always", seen))
             await editor.send(session, "run touch d.txt")  # not asked: denied by the grant
             assert simhost_meta(editor.last_call(session))["decidedBy"] == "grant"
@@ -230,16 +232,26 @@ async def test_allow_always_is_remembered_and_persisted(tmp_path: Path) -> None:
             assert not (editor.workspace / "d.txt").exists()
             # Another session has no grant.
             other = await editor.new_session()
-            await editor.send(other, "create e.txt with e", answering("deny", seen))
+            await editor.send(other, "create a.txt with e", answering("deny", seen))
             assert len(seen) == 3
         async with open_runtime(tmp_path) as editor:
             permissions = await editor.client.request("sessionPermissions", {"sessionId": session})
             assert permissions["grants"] == [
-                {"tool": "fs.write", "decision": "allow"},
-                {"tool": "local_shell.local_shell", "decision": "reject"},
+                {
+                    "tool": "fs.write",
+                    "decision": "allow",
+                    "scope": ["a.txt"],
+                    "name": "Always allow edits to a.txt in this session",
+                },
+                {
+                    "tool": "local_shell.local_shell",
+                    "decision": "reject",
+                    "scope": ["touch"],
+                    "name": "Always deny `touch …` in this session",
+                },
             ]
-            await editor.send(session, "create f.txt with f")  # still not asked
-            assert (editor.workspace / "f.txt").exists()
+            await editor.send(session, "create a.txt with f")  # still not asked
+            assert (editor.workspace / "a.txt").read_text() == "f\n"
 
 
 # ---------------------------------------------------------- withdrawn questions

@@ -311,11 +311,11 @@ async def test_a_write_runs_only_after_allow_and_a_denial_leaves_the_workspace_u
                 "edit",
                 "pending",
             )
-            assert [(o.option_id, o.kind) for o in request.options] == [
-                ("allow", "allow_once"),
-                ("allow-always", "allow_always"),
-                ("deny", "reject_once"),
-                ("deny-always", "reject_always"),
+            assert [(o.option_id, o.name, o.kind) for o in request.options] == [
+                ("allow", "Allow", "allow_once"),
+                ("allow-always", "Always allow edits to notes.txt in this session", "allow_always"),
+                ("deny", "Deny", "reject_once"),
+                ("deny-always", "Always deny edits to notes.txt in this session", "reject_always"),
             ]
             events = editor.calls(session)[call.tool_call_id]
             assert statuses(events) == ["pending", "failed"]
@@ -366,6 +366,7 @@ async def test_a_shell_command_asks_and_reject_always_is_a_standing_grant(tmp_pa
             assert simhost_meta(editor.last_call(session)) == {
                 "decidedBy": "grant",
                 "decision": "deny",
+                "grant": 'denied by your grant "Always deny `touch …` in this session"',
             }
             assert statuses(editor.last_call(session)) == ["pending", "failed"]
             assert list(editor.workspace.iterdir()) == []

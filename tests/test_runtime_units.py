@@ -24,7 +24,7 @@ from simhost.runtime.policy import (
     load_policy,
     shipped_policy_names,
 )
-from simhost.runtime.sessions import SessionStore, UnknownSession, default_state_dir
+from simhost.runtime.sessions import SessionStore, StandingGrant, UnknownSession
 from simhost.runtime.tools import (
     plan_delete,
     plan_edit,
@@ -330,7 +330,7 @@ def test_sessions_persist_atomically_and_reload(tmp_path: Path) -> None:
     assert store.active_id == second.session_id
     assert second.title == "Session 2"
     first.add_history(HistoryEntry("user", "hello"))
-    first.set_grant("/w", "fs.write", "allow")
+    first.set_grant("/w", "fs.write", ("a.txt",), "allow")
     assert store.save(first)
     store.activate(first.session_id)
     files = sorted(p.name for p in (tmp_path / "state" / "sessions").iterdir())
@@ -342,21 +342,14 @@ def test_sessions_persist_atomically_and_reload(tmp_path: Path) -> None:
     assert again.active_id == first.session_id
     loaded = again.get(first.session_id)
     assert loaded.history == [HistoryEntry("user", "hello")]
-    assert loaded.grant_for("/w", "fs.write") == "allow"
-    assert loaded.grant_for("/elsewhere", "fs.write") is None
+    assert loaded.grants_in("/w") == [StandingGrant("fs.write", ["a.txt"], "allow")]
+    assert loaded.grants_in("/elsewhere") == []
     with pytest.raises(UnknownSession):
         again.get("s-nope")
     raw = msgspec.json.decode(
         (tmp_path / "state" / "sessions" / f"{first.session_id}.json").read_bytes()
     )
     assert raw["sessionId"] == first.session_id and raw["presetId"] == "ask"
-
-
-def test_default_state_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
-    assert default_state_dir() == tmp_path / "simhost"
-    monkeypatch.delenv("XDG_STATE_HOME")
-    assert default_state_dir() == Path.home() / ".local" / "state" / "simhost"
 
 
 def test_tool_names_are_the_contracts() -> None:

@@ -59,10 +59,10 @@ from simhost.runtime.acp_wire import (
     ToolCallReplay,
     UserMessageChunk,
 )
-from simhost.runtime.core import Runtime
+from simhost.runtime.core import Runtime, agent_message
 from simhost.runtime.policy import PRESETS
 from simhost.runtime.sessions import StoredSession
-from simhost.runtime.wire import AgentMessageChunk, HistoryEntry, TextBlock, parse_params
+from simhost.runtime.wire import HistoryEntry, TextBlock, parse_params
 
 __all__ = ["RESOURCE_NOT_FOUND", "AcpMethods", "prompt_text"]
 
@@ -302,7 +302,7 @@ def _replayed(entry: HistoryEntry) -> ReplayedUpdate | None:
     if entry.role == "user":
         return UserMessageChunk(TextBlock(entry.text))
     if entry.role == "agent":
-        return AgentMessageChunk(TextBlock(entry.text))
+        return agent_message(entry.text)
     if entry.tool_call_id is None or entry.status is None:
         return None
     return ToolCallReplay(entry.tool_call_id, entry.text, entry.status)

@@ -14,6 +14,7 @@ from typing import Any, Final
 
 import simhost
 from simhost.runtime.core import Runtime
+from simhost.runtime.grants import option_name
 from simhost.runtime.policy import PRESETS
 from simhost.runtime.sessions import StoredSession
 from simhost.runtime.wire import (
@@ -117,11 +118,18 @@ class BridgeMethods:
         """``sessionPermissions``: the session's preset, every preset, its standing grants."""
         request = parse_params(params, SessionIdParams)
         session = self.runtime.session(request.session_id)
-        grants = session.grants.get(self.runtime.workspace_key, {})
+        grants = sorted(
+            session.grants_in(self.runtime.workspace_key), key=lambda g: (g.tool, g.scope)
+        )
         return SessionPermissionsResult(
             session.preset_id,
             [PresetInfo(p.preset_id, p.description) for p in PRESETS.values()],
-            [GrantInfo(tool, decision) for tool, decision in sorted(grants.items())],
+            [
+                GrantInfo(
+                    g.tool, g.decision, g.scope, option_name(g.decision, g.tool, tuple(g.scope))
+                )
+                for g in grants
+            ],
         )
 
     async def session_set_permission(self, params: Any) -> SetPermissionResult:

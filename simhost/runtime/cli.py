@@ -3,7 +3,7 @@
 Nothing but protocol bytes ever goes to stdout: errors and logs go to stderr.
 Exit codes: 0 when the editor closes stdin, 2 for a bad option (unknown
 dialect, missing workspace, invalid policy), 1 when the state folder cannot be
-created, 130 on Ctrl-C. Two dialects: ``bridge`` (the default) and ``acp``
+created or used, 130 on Ctrl-C. Two dialects: ``bridge`` (the default) and ``acp``
 (Agent Client Protocol v1).
 """
 
@@ -20,7 +20,7 @@ from rich.logging import RichHandler
 
 from permclient import DialectName
 from simhost.runtime.policy import PolicyError, load_policy, shipped_policy_names
-from simhost.runtime.sessions import default_state_dir
+from simhost.runtime.sessions import SessionStore, default_state_dir
 
 __all__ = ["runtime_command"]
 
@@ -59,8 +59,8 @@ def runtime_command(
     state_dir: Annotated[
         Path | None,
         typer.Option(
-            help="Folder where sessions are kept. "
-            "[default: $XDG_STATE_HOME/simhost or ~/.local/state/simhost]",
+            help="Folder where sessions are kept. [default: one per workspace, "
+            "under $XDG_STATE_HOME/simhost/workspaces or ~/.local/state/simhost/workspaces]",
             show_default=False,
         ),
     ] = None,
@@ -92,7 +92,8 @@ def runtime_command(
         loaded, label = load_policy(policy)
     except PolicyError as exc:
         raise _fail(str(exc), 2) from None
-    state = (state_dir or default_state_dir()).expanduser().absolute()
+    resolved = folder.resolve()
+    state = (state_dir or default_state_dir(resolved)).expanduser().absolute()
     try:
         state.mkdir(parents=True, exist_ok=True, mode=0o700)
     except OSError as exc:
@@ -102,12 +103,16 @@ def runtime_command(
         format="%(message)s",
         handlers=[RichHandler(console=_stderr, show_path=False)],
     )
+    try:
+        store = SessionStore(state)  # before serving: its errors are one line, not a traceback
+    except OSError as exc:
+        raise _fail(f"cannot use the state folder {state}: {exc.strerror or exc}", 1) from None
     # Imported here so `simhost chat` never pays for the runtime's server.
     from simhost.runtime.server import RuntimeConfig, serve_stdio
 
-    config = RuntimeConfig(folder.resolve(), loaded, label, state, dialect)
+    config = RuntimeConfig(resolved, loaded, label, state, dialect)
     try:
-        trio.run(serve_stdio, config)
+        trio.run(serve_stdio, config, None, store)
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
     except OSError as exc:

@@ -22,7 +22,7 @@ import math
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 import trio
 
@@ -37,6 +37,7 @@ from permclient import (
     Selected,
 )
 from simhost.runtime import grammar
+from simhost.runtime.grants import GrantSubject, option_name, receipt, subject_of
 from simhost.runtime.policy import PRESETS, Ask, Policy, evaluate
 from simhost.runtime.sessions import SessionStore, StoredSession, UnknownSession
 from simhost.runtime.tools import (
@@ -54,6 +55,7 @@ from simhost.runtime.tools import (
 from simhost.runtime.wire import (
     AgentMessageChunk,
     DecidedBy,
+    GrantDecision,
     HistoryEntry,
     PermissionOptionOut,
     PermissionRequestOut,
@@ -68,20 +70,34 @@ from simhost.runtime.wire import (
     ToolStatus,
 )
 
-__all__ = ["OPTIONS", "Runtime", "RuntimeConfig", "Turn"]
+__all__ = ["Runtime", "RuntimeConfig", "Turn", "agent_message", "options_for"]
 
 log = logging.getLogger("simhost.runtime")
 
-OPTIONS: Final = [
-    PermissionOptionOut("allow", "Allow", "allow_once"),
-    PermissionOptionOut("allow-always", "Always allow in this session", "allow_always"),
-    PermissionOptionOut("deny", "Deny", "reject_once"),
-    PermissionOptionOut("deny-always", "Always deny in this session", "reject_always"),
-]
-"""The options of every ``session/request_permission``, in this order."""
 
-_ALLOW_OPTIONS: Final = {"allow": None, "allow-always": "allow"}
-_DENY_OPTIONS: Final = {"deny": None, "deny-always": "reject"}
+def options_for(subject: GrantSubject | None) -> list[PermissionOptionOut]:
+    """The options of a ``session/request_permission``, in this order.
+
+    ``allow``, ``allow-always``, ``deny``, ``deny-always``; the two "always"
+    options name their scope, and are left out when the call has none
+    (:mod:`simhost.runtime.grants`).
+    """
+    scope = subject.scope if subject is not None else None
+    if subject is None or scope is None:
+        return [
+            PermissionOptionOut("allow", "Allow", "allow_once"),
+            PermissionOptionOut("deny", "Deny", "reject_once"),
+        ]
+    return [
+        PermissionOptionOut("allow", "Allow", "allow_once"),
+        PermissionOptionOut(
+            "allow-always", option_name("allow", subject.tool, scope), "allow_always"
+        ),
+        PermissionOptionOut("deny", "Deny", "reject_once"),
+        PermissionOptionOut(
+            "deny-always", option_name("reject", subject.tool, scope), "reject_always"
+        ),
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +115,8 @@ class RuntimeConfig:
 class _Decision:
     meta: SimhostDecision
     reason: str
+    receipt: str | None = None
+    """Set when a standing grant decided: the line that says which."""
 
     @property
     def allowed(self) -> bool:
@@ -209,9 +227,9 @@ class Turn:
             await self._send(update)
 
     async def say(self, text: str) -> None:
-        """Send agent text and record it in the history."""
+        """Send agent text (one whole message) and record it in the history."""
         self.session.add_history(HistoryEntry("agent", text))
-        await self._send(AgentMessageChunk(TextBlock(text)))
+        await self._send(agent_message(text))
 
     async def stopped(self, *, cancelled: bool) -> None:
         """The turn stopped early: fail its open tool calls and say so. Call it shielded."""
@@ -223,7 +241,7 @@ class Turn:
             )
         text = "cancelled: the turn was cancelled" if cancelled else "error: the turn failed"
         self.session.add_history(HistoryEntry("agent", text))
-        await self._send_quietly(AgentMessageChunk(TextBlock(text)))
+        await self._send_quietly(agent_message(text))
 
     def _close(self, tool_call_id: str, entry: HistoryEntry, status: ToolStatus, note: str) -> None:
         entry.status = status
@@ -324,8 +342,8 @@ class Turn:
             return await self._refuse(tool_call_id, entry, call)
         decision = await self._decide(tool_call_id, call, meta)
         outcome_meta = {"simhost": decision.meta}
-        if decision.meta.decided_by == "grant":
-            await self.say(f"standing grant applied to {call.title}: {decision.reason}")
+        if decision.receipt is not None:
+            await self.say(decision.receipt)
         if not decision.allowed:
             text = f"denied: {call.title} ({decision.reason})"
             self._close(tool_call_id, entry, "failed", f"denied ({decision.reason})")
@@ -379,19 +397,43 @@ class Turn:
     async def _decide(self, tool_call_id: str, call: ToolCall, meta: dict[str, Any]) -> _Decision:
         runtime = self.runtime
         preset = PRESETS.get(self.session.preset_id, PRESETS["ask"])
-        grant = self.session.grant_for(runtime.workspace_key, call.tool)
-        verdict = evaluate(runtime.config.policy, preset, call.tool, grant)
+        subject = subject_of(call.tool, call.raw_input, call.locations, runtime.config.workspace)
+        grant, grant_receipt = self._standing_grant(subject)
+        verdict = evaluate(runtime.config.policy, preset, call.tool, grant, grant_receipt)
         if not isinstance(verdict, Ask):
-            return _Decision(SimhostDecision(verdict.decided_by, verdict.decision), verdict.reason)
-        return await self._ask(tool_call_id, call, meta, verdict.timeout_s)
+            by_grant = grant_receipt if verdict.decided_by == "grant" else None
+            return _Decision(
+                SimhostDecision(verdict.decided_by, verdict.decision, grant=by_grant),
+                verdict.reason,
+                by_grant,
+            )
+        return await self._ask(tool_call_id, call, meta, verdict.timeout_s, subject)
+
+    def _standing_grant(self, subject: GrantSubject | None) -> tuple[GrantDecision | None, str]:
+        """The standing grant covering ``subject`` (a reject beats an allow), and its receipt."""
+        if subject is None:
+            return None, ""
+        found: GrantDecision | None = None
+        text = ""
+        for grant in self.session.grants_in(self.runtime.workspace_key):
+            scope = tuple(grant.scope)
+            if subject.covered_by(grant.tool, scope) and found != "reject":
+                found, text = grant.decision, receipt(grant.decision, grant.tool, scope)
+        return found, text
 
     async def _ask(
-        self, tool_call_id: str, call: ToolCall, meta: dict[str, Any], timeout_s: float | None
+        self,
+        tool_call_id: str,
+        call: ToolCall,
+        meta: dict[str, Any],
+        timeout_s: float | None,
+        subject: GrantSubject | None,
     ) -> _Decision:
         """Ask the editor; withdraw (and deny) after ``timeout_s`` seconds."""
         request_meta = dict(meta)
         if timeout_s is not None:
             request_meta["timeoutS"] = timeout_s
+        options = options_for(subject)
         params = PermissionRequestOut(
             self.session.session_id,
             ToolCallOut(
@@ -403,7 +445,7 @@ class Turn:
                 call.content,
                 call.locations,
             ),
-            OPTIONS,
+            options,
             {"simhost": request_meta},
         )
         response: PermissionResponse | None = None
@@ -423,29 +465,36 @@ class Turn:
         if not isinstance(outcome, Selected):
             return self._denied("editor", "the editor cancelled the question")
         option_id = outcome.option_id
-        if option_id in _ALLOW_OPTIONS:
-            grant = _ALLOW_OPTIONS[option_id]
-            reason = "the editor allowed it"
-            if grant is not None:
-                self._grant(call, "allow")
-                reason = f"the editor allowed {call.tool} for the rest of this session"
-            return _Decision(SimhostDecision("editor", "allow", option_id), reason)
-        if option_id in _DENY_OPTIONS:
-            reason = "the editor denied it"
-            if _DENY_OPTIONS[option_id] is not None:
-                self._grant(call, "reject")
-                reason = f"the editor denied {call.tool} for the rest of this session"
-            return _Decision(SimhostDecision("editor", "deny", option_id), reason)
-        return self._denied("editor", f"the editor chose {option_id!r}, which was not offered")
+        chosen = next((o for o in options if o.option_id == option_id), None)
+        if chosen is None:
+            return self._denied("editor", f"the editor chose {option_id!r}, which was not offered")
+        allowed = chosen.kind in ("allow_once", "allow_always")
+        reason = "the editor allowed it" if allowed else "the editor denied it"
+        if chosen.kind in ("allow_always", "reject_always") and subject is not None:
+            self._grant(subject, "allow" if allowed else "reject")
+            reason = f'the editor chose "{chosen.name}"'
+        return _Decision(
+            SimhostDecision("editor", "allow" if allowed else "deny", option_id), reason
+        )
 
     @staticmethod
     def _denied(decided_by: DecidedBy, reason: str) -> _Decision:
         return _Decision(SimhostDecision(decided_by, "deny"), reason)
 
-    def _grant(self, call: ToolCall, decision: Any) -> None:
-        self.session.set_grant(self.runtime.workspace_key, call.tool, decision)
+    def _grant(self, subject: GrantSubject, decision: GrantDecision) -> None:
+        assert subject.scope is not None  # only then are "always" options offered
+        self.session.set_grant(self.runtime.workspace_key, subject.tool, subject.scope, decision)
         self.session.touch()
         self.runtime.store.save(self.session)
+
+
+def agent_message(text: str) -> AgentMessageChunk:
+    """An ``agent_message_chunk`` of one whole message: it ends with a newline.
+
+    So a client that prints agent text as it streams starts the next message on
+    a line of its own. The history keeps the text without it.
+    """
+    return AgentMessageChunk(TextBlock(text if text.endswith("\n") else text + "\n"))
 
 
 def _plain_answer(text: str) -> str:

@@ -152,11 +152,12 @@ class Ask:
 
 
 def evaluate(
-    policy: Policy, preset: Preset, tool: str, grant: GrantDecision | None
+    policy: Policy, preset: Preset, tool: str, grant: GrantDecision | None, grant_name: str = ""
 ) -> Verdict | Ask:
     """Decide ``tool`` for a session with ``preset`` and standing ``grant`` (or none).
 
-    Returns a :class:`Verdict` when no question is needed, else :class:`Ask`.
+    ``grant_name`` words the reason when the grant decides. Returns a
+    :class:`Verdict` when no question is needed, else :class:`Ask`.
     """
     rule = policy.rule_for(tool)
     preset_rule = preset.rules.get(tool, "approve")
@@ -165,9 +166,9 @@ def evaluate(
     if preset_rule == "deny":
         return Verdict("deny", "preset", f"the session's preset {preset.preset_id!r} denies {tool}")
     if grant == "reject":
-        return Verdict("deny", "grant", f"standing grant: {tool} is always denied here")
+        return Verdict("deny", "grant", grant_name or f"a standing grant denies {tool}")
     if grant == "allow":
-        return Verdict("allow", "grant", f"standing grant: {tool} is always allowed here")
+        return Verdict("allow", "grant", grant_name or f"a standing grant allows {tool}")
     if rule.rule == "allow" and preset_rule == "allow" and tool not in NEVER_AUTO_ALLOWED:
         return Verdict(
             "allow", "preset", f"the policy and the preset {preset.preset_id!r} allow {tool}"

@@ -26,10 +26,10 @@ import trio
 from permclient import DialectName, open_client
 from simhost.runtime.acp import AcpMethods
 from simhost.runtime.bridge import BridgeMethods
-from simhost.runtime.core import OPTIONS, Runtime, RuntimeConfig
+from simhost.runtime.core import Runtime, RuntimeConfig
 from simhost.runtime.sessions import SessionStore
 
-__all__ = ["DIALECTS", "OPTIONS", "Runtime", "RuntimeConfig", "serve", "serve_stdio"]
+__all__ = ["DIALECTS", "Runtime", "RuntimeConfig", "serve", "serve_stdio"]
 
 log = logging.getLogger("simhost.runtime")
 
@@ -73,12 +73,16 @@ class _DrainAtEof(trio.abc.Stream):
         await self.inner.aclose()
 
 
-async def serve(stream: trio.abc.Stream, config: RuntimeConfig) -> None:
+async def serve(
+    stream: trio.abc.Stream, config: RuntimeConfig, store: SessionStore | None = None
+) -> None:
     """Serve one editor over ``stream`` until it closes its side.
 
-    Raises :class:`OSError` if the state folder cannot be created.
+    ``store`` defaults to the sessions of ``config.state_dir``. Raises
+    :class:`OSError` if the state folder cannot be created or used.
     """
-    store = SessionStore(config.state_dir)
+    if store is None:
+        store = SessionStore(config.state_dir)
     register = DIALECTS[config.dialect]
     async with open_client(_DrainAtEof(stream), dialect=config.dialect) as client:
         with ExitStack() as stack:
@@ -119,11 +123,16 @@ def _claim_stdio() -> tuple[int, int]:
     return protocol_in, protocol_out
 
 
-async def serve_stdio(config: RuntimeConfig, fds: Sequence[int] | None = None) -> None:
+async def serve_stdio(
+    config: RuntimeConfig, fds: Sequence[int] | None = None, store: SessionStore | None = None
+) -> None:
     """Serve on stdin/stdout (or on the given ``(input, output)`` descriptors).
 
-    Raises :class:`OSError` if the state folder cannot be created.
+    Raises :class:`OSError` if the state folder cannot be created or used
+    (before anything is served, so not inside an exception group).
     """
+    if store is None:
+        store = SessionStore(config.state_dir)
     protocol_in, protocol_out = fds if fds is not None else _claim_stdio()
     # FdStream makes the descriptors non-blocking, and that flag belongs to the
     # open file, which a terminal shares with the shell: put it back afterwards.
@@ -134,7 +143,7 @@ async def serve_stdio(config: RuntimeConfig, fds: Sequence[int] | None = None) -
         )
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_stop_on_signal, nursery.cancel_scope)
-            await serve(stream, config)
+            await serve(stream, config, store)
             nursery.cancel_scope.cancel()
     finally:
         for fd in keep:

@@ -7,36 +7,66 @@ Layout of the state folder (``--state-dir``)::
 
 Every file is written atomically (a temporary file in the same folder, then
 ``os.replace``), so a crash leaves the old or the new version, never half of
-one. Files are created ``0600`` in a ``0700`` folder. A file that does not
-decode is skipped with a warning, never fatal. Several runtimes sharing a
-state folder do not see each other's sessions until they restart (last writer
-wins).
+one. Files are created ``0600`` in a ``0700`` folder. A session file that
+cannot be used (not JSON, nested too deep, larger than
+:data:`MAX_SESSION_BYTES`, a symlink, a FIFO or anything but a regular file) is
+skipped with a warning, never fatal, and never opened in a way that could
+block. A ``sessions`` that is not a folder is a :class:`StateFolderError`.
+Several runtimes sharing a state folder do not see each other's sessions
+until they restart (last writer wins).
+
+By default each workspace has a state folder of its own
+(:func:`default_state_dir`), so its sessions are not another project's.
 """
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import logging
 import os
+import re
 import secrets
+import stat
 import tempfile
 from contextlib import suppress
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 
 from simhost.runtime.policy import DEFAULT_PRESET
 from simhost.runtime.wire import GrantDecision, HistoryEntry
 
-__all__ = ["HISTORY_LIMIT", "SessionStore", "StoredSession", "UnknownSession", "default_state_dir"]
+__all__ = [
+    "HISTORY_LIMIT",
+    "HISTORY_TEXT_LIMIT",
+    "MAX_SESSION_BYTES",
+    "TITLE_LIMIT",
+    "SessionStore",
+    "StandingGrant",
+    "StateFolderError",
+    "StoredSession",
+    "UnknownSession",
+    "default_state_dir",
+]
 
 log = logging.getLogger("simhost.runtime")
 
 HISTORY_LIMIT: Final = 2000
 """A session keeps its last this-many history entries."""
+HISTORY_TEXT_LIMIT: Final = 2000
+"""A history entry keeps the first this-many characters of its text."""
+TITLE_LIMIT: Final = 200
+"""A session title keeps the first this-many characters."""
+MAX_SESSION_BYTES: Final = 32 * 1024 * 1024
+"""A larger session file is skipped. The limits above keep a saved session well under it
+(2,000 entries of 2,000 characters, each at most 6 bytes as JSON, is 24 MB)."""
 
-_FORMAT: Final = 1
+_FORMAT: Final = 2
+"""2: grants are scoped (:class:`StandingGrant`); format 1's per-tool grants are dropped."""
+_NAME_CHARS: Final = re.compile(r"[^A-Za-z0-9._-]+")
 
 
 def now_iso() -> str:
@@ -44,18 +74,44 @@ def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def default_state_dir() -> Path:
-    """``$XDG_STATE_HOME/simhost``, or ``~/.local/state/simhost``."""
+def default_state_dir(workspace: Path) -> Path:
+    """The state folder of ``workspace`` (a resolved path): one per workspace.
+
+    ``$XDG_STATE_HOME/simhost/workspaces/<hash>-<name>`` (``~/.local/state``
+    without an absolute ``$XDG_STATE_HOME``): ``<hash>`` is the first 16 hex
+    digits of the SHA-256 of the workspace path, ``<name>`` its last component
+    (letters, digits, ``._-``; at most 40), so a listing shows whose it is.
+    """
     base = os.environ.get("XDG_STATE_HOME")
     root = Path(base) if base and Path(base).is_absolute() else Path.home() / ".local" / "state"
-    return root / "simhost"
+    digest = hashlib.sha256(os.fsencode(workspace)).hexdigest()[:16]
+    name = _NAME_CHARS.sub("_", workspace.name)[:40].strip("._") or "root"
+    return root / "simhost" / "workspaces" / f"{digest}-{name}"
+
+
+class StateFolderError(OSError):
+    """The state folder cannot be used (``sessions`` is not a folder, ...): the message says why."""
+
+
+class StandingGrant(msgspec.Struct, rename="camel"):
+    """An ``allow-always``/``deny-always`` answer: ``tool`` on ``scope`` (:mod:`.grants`).
+
+    ``scope`` is a shell command's program and subcommand words, or a file's
+    workspace-relative path (one element).
+    """
+
+    tool: str
+    scope: list[str]
+    decision: GrantDecision
 
 
 class StoredSession(msgspec.Struct, rename="camel"):
     """One session as persisted.
 
-    ``grants`` maps a workspace (absolute path) to tool -> ``allow``/``reject``:
-    a standing grant applies only in the workspace where it was given.
+    ``grants`` maps a workspace (absolute path) to its standing grants: a grant
+    applies only in the workspace where it was given. (Format 1 kept one grant
+    per tool under ``grants``; those covered more than they said, and a session
+    of that format loads without them.)
     ``next_call`` numbers the session's tool calls (``call-1``, ``call-2``, ...),
     across restarts.
     """
@@ -65,7 +121,9 @@ class StoredSession(msgspec.Struct, rename="camel"):
     created_at: str
     updated_at: str
     preset_id: str = DEFAULT_PRESET
-    grants: dict[str, dict[str, GrantDecision]] = msgspec.field(default_factory=dict)
+    grants: dict[str, list[StandingGrant]] = msgspec.field(
+        default_factory=dict, name="scopedGrants"
+    )
     history: list[HistoryEntry] = msgspec.field(default_factory=list)
     next_call: int = 1
     format: int = _FORMAT
@@ -76,13 +134,18 @@ class StoredSession(msgspec.Struct, rename="camel"):
         self.next_call += 1
         return f"call-{number}"
 
-    def grant_for(self, workspace: str, tool: str) -> GrantDecision | None:
-        """The standing grant of ``tool`` in ``workspace``, if any."""
-        return self.grants.get(workspace, {}).get(tool)
+    def grants_in(self, workspace: str) -> list[StandingGrant]:
+        """The standing grants given in ``workspace``, oldest first."""
+        return list(self.grants.get(workspace, ()))
 
-    def set_grant(self, workspace: str, tool: str, decision: GrantDecision) -> None:
-        """Remember ``decision`` for ``tool`` in ``workspace``."""
-        self.grants.setdefault(workspace, {})[tool] = decision
+    def set_grant(
+        self, workspace: str, tool: str, scope: tuple[str, ...], decision: GrantDecision
+    ) -> None:
+        """Remember ``decision`` for ``tool`` on ``scope`` in ``workspace`` (replacing one)."""
+        kept = [
+            g for g in self.grants.get(workspace, ()) if (g.tool, tuple(g.scope)) != (tool, scope)
+        ]
+        self.grants[workspace] = [*kept, StandingGrant(tool, list(scope), decision)]
 
     def add_history(self, entry: HistoryEntry) -> HistoryEntry:
         """Append ``entry`` (dropping the oldest beyond :data:`HISTORY_LIMIT`); returns it."""
@@ -91,9 +154,19 @@ class StoredSession(msgspec.Struct, rename="camel"):
             del self.history[: len(self.history) - HISTORY_LIMIT]
         return entry
 
+    def clip(self) -> None:
+        """Cut the title and every history text to their limits (before saving)."""
+        self.title = _clipped(self.title, TITLE_LIMIT)
+        for entry in self.history:
+            entry.text = _clipped(entry.text, HISTORY_TEXT_LIMIT)
+
     def touch(self) -> None:
         """Set ``updated_at`` to now."""
         self.updated_at = now_iso()
+
+
+def _clipped(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 class _Active(msgspec.Struct, rename="camel"):
@@ -114,6 +187,39 @@ class UnknownSession(KeyError):
 _encoder: Final = msgspec.json.Encoder()
 _session_decoder: Final = msgspec.json.Decoder(StoredSession)
 _active_decoder: Final = msgspec.json.Decoder(_Active)
+
+
+def read_state_file(path: Path) -> bytes:
+    """The bytes of a regular file of the state folder, at most :data:`MAX_SESSION_BYTES`.
+
+    Never follows a symlink and never blocks (a FIFO is refused, not opened for
+    good). Raises :class:`OSError` saying why the file cannot be used.
+    """
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise OSError(errno.ELOOP, "it is a symbolic link") from None
+        raise
+    with os.fdopen(fd, "rb") as file:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, "it is not a regular file")
+        if info.st_size > MAX_SESSION_BYTES:
+            raise OSError(errno.EFBIG, f"it is larger than {MAX_SESSION_BYTES} bytes")
+        data = file.read(MAX_SESSION_BYTES + 1)
+    if len(data) > MAX_SESSION_BYTES:
+        raise OSError(errno.EFBIG, f"it is larger than {MAX_SESSION_BYTES} bytes")
+    return data
+
+
+def _decoded(decoder: msgspec.json.Decoder[Any], data: bytes) -> Any:
+    """Decode ``data``; a document nested too deep is a :class:`msgspec.DecodeError` too."""
+    try:
+        return decoder.decode(data)
+    except RecursionError:
+        raise msgspec.DecodeError("the JSON is nested too deeply") from None
 
 
 def write_atomic(path: Path, data: bytes) -> None:
@@ -137,13 +243,19 @@ def write_atomic(path: Path, data: bytes) -> None:
 class SessionStore:
     """All sessions of a state folder, in memory, written through to disk.
 
-    Raises :class:`OSError` from the constructor if the folder cannot be created.
+    Raises :class:`OSError` from the constructor if the folder cannot be created,
+    :class:`StateFolderError` if ``sessions`` is there but is not a folder.
     """
 
     def __init__(self, state_dir: Path) -> None:
         self.state_dir = state_dir
         self._folder = state_dir / "sessions"
-        self._folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with suppress(FileExistsError):  # checked just below, with a clearer message
+            self._folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if self._folder.is_symlink() or not self._folder.is_dir():
+            raise StateFolderError(
+                f"{self._folder} is not a folder: move it away, or pick another --state-dir"
+            )
         self._active_path = state_dir / "active.json"
         self._sessions: dict[str, StoredSession] = {}
         self._active: str | None = None
@@ -154,20 +266,20 @@ class SessionStore:
     def _load(self) -> None:
         for path in sorted(self._folder.glob("*.json")):
             try:
-                session = _session_decoder.decode(path.read_bytes())
+                session = _decoded(_session_decoder, read_state_file(path))
             except (OSError, msgspec.DecodeError) as exc:
-                log.warning("skipped session file %s: %s", path, exc)
+                log.warning("skipped session file %s: %s", path, _why(exc))
                 continue
             if session.session_id != path.stem:
                 log.warning("skipped session file %s: it holds %r", path, session.session_id)
                 continue
             self._sessions[session.session_id] = session
         try:
-            active = _active_decoder.decode(self._active_path.read_bytes()).session_id
+            active = _decoded(_active_decoder, read_state_file(self._active_path)).session_id
         except FileNotFoundError:
             active = None
         except (OSError, msgspec.DecodeError) as exc:
-            log.warning("ignored %s: %s", self._active_path, exc)
+            log.warning("ignored %s: %s", self._active_path, _why(exc))
             active = None
         self._active = active if active in self._sessions else None
 
@@ -198,7 +310,7 @@ class SessionStore:
         while session_id in self._sessions:  # pragma: no cover - 48 random bits
             session_id = f"s-{secrets.token_hex(6)}"
         stamp = now_iso()
-        title = (title or "").strip() or f"Session {len(self._sessions) + 1}"
+        title = _clipped((title or "").strip(), TITLE_LIMIT) or f"Session {len(self._sessions) + 1}"
         session = StoredSession(session_id, title, stamp, stamp)
         self._write(session)
         self._sessions[session_id] = session
@@ -224,4 +336,12 @@ class SessionStore:
         return True
 
     def _write(self, session: StoredSession) -> None:
+        session.clip()
         write_atomic(self._folder / f"{session.session_id}.json", _encoder.encode(session))
+
+
+def _why(exc: Exception) -> str:
+    """An error as one short line (an OSError's reason, without its errno)."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc)

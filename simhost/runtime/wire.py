@@ -178,10 +178,16 @@ class PresetInfo(msgspec.Struct, rename="camel"):
 
 
 class GrantInfo(msgspec.Struct, rename="camel"):
-    """A standing grant: ``allow_always`` (``allow``) or ``reject_always`` (``reject``)."""
+    """A standing grant: ``allow_always`` (``allow``) or ``reject_always`` (``reject``).
+
+    ``scope``: the command words or the file path it covers; ``name``: the
+    option that gave it (``Always allow `git status …` in this session``).
+    """
 
     tool: str
     decision: GrantDecision
+    scope: list[str]
+    name: str
 
 
 class SessionPermissionsResult(msgspec.Struct, rename="camel"):
@@ -253,12 +259,15 @@ class Location(msgspec.Struct, rename="camel"):
 class SimhostDecision(msgspec.Struct, rename="camel", omit_defaults=True):
     """``_meta.simhost`` of a ``tool_call_update`` that follows a decision.
 
-    ``option_id`` is set when the editor answered with an option.
+    ``option_id`` is set when the editor answered with an option; ``grant``
+    when a standing grant decided: its receipt, e.g. ``allowed by your grant
+    "Always allow `git status …` in this session"``.
     """
 
     decided_by: DecidedBy
     decision: Literal["allow", "deny"]
     option_id: str | None = None
+    grant: str | None = None
 
 
 class ToolCallOut(msgspec.Struct, rename="camel", omit_defaults=True):
