@@ -54,12 +54,20 @@ class Editor(RuntimeEditor):
 
 
 @asynccontextmanager
-async def open_runtime(tmp_path: Path, *extra: str, state: str = "state") -> AsyncIterator[Editor]:
+async def open_runtime(
+    tmp_path: Path, *extra: str, state: str | None = "state", env: dict[str, str] | None = None
+) -> AsyncIterator[Editor]:
+    """The runtime on ``tmp_path/w``; ``state=None``: its default state folder (``env`` added)."""
     workspace = tmp_path / "w"
-    workspace.mkdir(exist_ok=True)
-    argv = [*RUNTIME, "--workspace", str(workspace), "--state-dir", str(tmp_path / state), *extra]
+    workspace.mkdir(parents=True, exist_ok=True)
+    argv = [*RUNTIME, "--workspace", str(workspace), *extra]
+    if state is not None:
+        argv += ["--state-dir", str(tmp_path / state)]
     log = tmp_path / "runtime.log"
-    async with permclient.open_process(argv, dialect="bridge", stderr=log) as client:
+    environment = {**os.environ, **env} if env is not None else None
+    async with permclient.open_process(
+        argv, dialect="bridge", stderr=log, env=environment
+    ) as client:
         editor = Editor(client, workspace)
         yield editor
         assert client.process is not None

@@ -342,8 +342,8 @@ class Turn:
             return await self._refuse(tool_call_id, entry, call)
         decision = await self._decide(tool_call_id, call, meta)
         outcome_meta = {"simhost": decision.meta}
-        if decision.receipt is not None:
-            await self.say(decision.receipt)
+        if decision.receipt is not None and decision.allowed:
+            await self.say(decision.receipt)  # a denial's own line names the grant
         if not decision.allowed:
             text = f"denied: {call.title} ({decision.reason})"
             self._close(tool_call_id, entry, "failed", f"denied ({decision.reason})")

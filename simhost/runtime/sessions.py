@@ -202,13 +202,16 @@ def read_state_file(path: Path) -> bytes:
         if exc.errno == errno.ELOOP:
             raise OSError(errno.ELOOP, "it is a symbolic link") from None
         raise
-    with os.fdopen(fd, "rb") as file:
+    try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise OSError(errno.EINVAL, "it is not a regular file")
         if info.st_size > MAX_SESSION_BYTES:
             raise OSError(errno.EFBIG, f"it is larger than {MAX_SESSION_BYTES} bytes")
-        data = file.read(MAX_SESSION_BYTES + 1)
+        with os.fdopen(os.dup(fd), "rb") as file:
+            data = file.read(MAX_SESSION_BYTES + 1)
+    finally:
+        os.close(fd)
     if len(data) > MAX_SESSION_BYTES:
         raise OSError(errno.EFBIG, f"it is larger than {MAX_SESSION_BYTES} bytes")
     return data
