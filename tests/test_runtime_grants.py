@@ -5,6 +5,9 @@ dialects (the bridge through ``test_runtime``'s editor, ACP through ``test_runti
 
 from __future__ import annotations
 
+import re
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +20,7 @@ from simhost.runtime.grants import MAX_SCOPE_CHARS, GrantSubject, subject_of
 from simhost.runtime.policy import SHELL
 from simhost.runtime.wire import Location
 
-from . import test_runtime, test_runtime_acp
+from . import test_chat_pty, test_runtime, test_runtime_acp
 from .runtime_editor import RuntimeEditor, answering, simhost_meta, statuses
 
 BOUND_S = 20
@@ -301,3 +304,35 @@ async def test_format_1_tool_wide_grants_are_not_carried_over(tmp_path: Path) ->
             seen: list[PermissionRequest] = []
             await editor.send("s-000000000001", "run rm -f x", answering("deny", seen))
             assert len(seen) == 1
+
+
+# ---------------------------------------------------------------- in the chat
+
+
+@pytest.fixture
+def chat_in(tmp_path: Path) -> Iterator[Any]:
+    yield from test_chat_pty.chat_starter(tmp_path, test_chat_pty.Chat)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="needs a POSIX pseudo-terminal")
+def test_the_chat_shows_the_scope_on_the_card_and_a_receipt_when_a_grant_answers(
+    chat_in: Any,
+) -> None:
+    chat: test_chat_pty.Chat = chat_in()
+    chat.say("run ls")
+    chat.expect(re.escape("Always allow `ls …` in this session"))
+    chat.expect(test_chat_pty.ARMED)
+    chat.child.send("2")
+    chat.expect("turn ended")
+    chat.expect_prompt()
+    chat.say("run ls -a")
+    chat.expect(re.escape('allowed by your grant "Always allow `ls …` in this session"'))
+    chat.expect("turn ended")
+    chat.expect_prompt()
+    chat.say("run rm -f nothing.txt")  # not covered: a card again
+    chat.expect("Permission request")
+    chat.expect(test_chat_pty.ARMED)
+    chat.child.send("3")
+    chat.expect("turn ended")
+    assert len(chat.events("approval.requested")) == 2
+    chat.quit()
