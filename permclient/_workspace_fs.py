@@ -213,7 +213,7 @@ def _walk_refusal(exc: OSError, dir_fd: int, name: str, step: Path, path: Path) 
             is_link = False
         if is_link:
             return Refused("refused", f"{path}: {step} is now a symbolic link; not followed")
-        return Refused("missing", f"{path} does not exist: {step} is not a folder")
+        return Refused("refused", f"{path}: {step} is not a folder")
     return _refusal(exc, path)
 
 
@@ -281,7 +281,7 @@ def _refusal(exc: OSError, path: Path) -> Refused:
     if code == errno.ENOENT:
         return Refused("missing", f"{path} does not exist")
     if code == errno.ENOTDIR:
-        return Refused("missing", f"{path} does not exist: a part of it is not a folder")
+        return Refused("refused", f"{path}: a part of it is not a folder")
     if code == errno.ELOOP:
         return Refused("refused", f"{path} is now a symbolic link; not followed")
     if code == errno.EISDIR:
