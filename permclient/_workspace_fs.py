@@ -265,8 +265,11 @@ def _read_at(dir_fd: int, name: str, path: Path, root: Path, limit: int, truncat
         raise _refusal(exc, path) from None
     with os.fdopen(fd, "rb") as file:
         try:
-            _check_regular(os.fstat(fd), path, root)
-            data = file.read(limit + 1)
+            status = os.fstat(fd)
+            _check_regular(status, path, root)
+            if status.st_size > limit and not truncate:
+                raise Refused("refused", f"{path} is larger than {limit} bytes")
+            data = file.read(limit + 1)  # the file may have grown since
         except OSError as exc:
             raise _refusal(exc, path) from None
     if len(data) > limit:

@@ -473,8 +473,15 @@ def shell_fallback(workspace: Path, refused: ToolCall) -> ToolCall | None:
     elif refused.tool == "fs.delete":
         code = f"import os; os.remove({path})"
     else:
-        return plan_shell(workspace, f"cat -- {shlex.quote(str(refused.target))}", [refused.target])
-    return plan_shell(workspace, f"python3 -c {shlex.quote(code)}", [refused.target])
+        code = None
+    if code is None:
+        command = f"cat -- {shlex.quote(str(refused.target))}"
+    else:
+        command = f"python3 -c {shlex.quote(code)}"
+    fallback = plan_shell(workspace, command, [refused.target])
+    # The card says why a shell command asks instead of the file tool.
+    fallback.content = [text_content(f"instead of {refused.title}: {refused.refusal.reason}")]
+    return fallback
 
 
 def _with_newline(text: str) -> str:
