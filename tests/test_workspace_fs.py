@@ -1,6 +1,6 @@
 """The workspace is a wall: symbolic links swapped in while a file tool runs never lead out.
 
-Two kinds of test. The races run a swapper thread against the runtime's file tools
+Two kinds of test. The races run a swapper process against the runtime's file tools
 and ``permclient.acp``'s ``fs/*`` service for a bounded number of calls and count
 what reached the outside folder: it must be nothing. The exhaustive ones swap the
 path at every single step of the file access in turn (before its 1st system call,
@@ -10,14 +10,14 @@ its 2nd, ...), so no window is left to chance.
 from __future__ import annotations
 
 import os
-import threading
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-import trio
 
 from permclient import _workspace_fs
 from permclient._workspace_fs import Refused
@@ -70,48 +70,63 @@ class Layout:
         os.replace(self.sub / ".fifo", self.sub / "f.txt")
 
 
-@contextmanager
-def swapping(layout: Layout, what: str) -> Iterator[None]:
-    """A thread that keeps swapping ``sub`` (or ``sub/f.txt``) for a symlink to the outside."""
-    stop = threading.Event()
-    workspace, sub = layout.workspace, layout.sub
-    real, link = workspace / "sub.real", workspace / "sub.link"
-    if what == "parent":
-        os.rename(sub, real)
-        os.symlink(layout.outside, sub)
+SWAPPER = """
+import os, random, sys, time
+from contextlib import suppress
+from pathlib import Path
 
-    def swap_parent() -> None:
+what, workspace, outside = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+inside_text = sys.argv[4]
+sub, real, link = workspace / "sub", workspace / "sub.real", workspace / "sub.link"
+random.seed(what)
+
+
+def pause():
+    # Each state lasts a random while (up to 0.2 ms), so the swaps fall anywhere.
+    until = time.perf_counter() + random.random() * 2e-4
+    while time.perf_counter() < until:
+        pass
+
+
+if what == "parent":
+    os.rename(sub, real)
+    os.symlink(outside, sub)
+print("swapping", flush=True)
+while True:
+    if what == "parent":
+        if not (real / "f.txt").exists():
+            (real / "f.txt").write_text(inside_text)
         with suppress(OSError):
             os.rename(sub, link)  # the symlink aside
-        if not (real / "f.txt").exists():
-            (real / "f.txt").write_text(INSIDE)
-        with suppress(OSError):
             os.rename(real, sub)  # the real folder in place
+        pause()
         with suppress(OSError):
-            os.rename(sub, real)  # and aside again
-        with suppress(OSError):
+            os.rename(sub, real)  # the real folder aside
             os.rename(link, sub)  # the symlink in place
-
-    def swap_file() -> None:
+    else:
         with suppress(OSError):
-            (sub / ".regular").write_text(INSIDE)
+            (sub / ".regular").write_text(inside_text)
             os.replace(sub / ".regular", sub / "f.txt")
+        pause()
         with suppress(OSError):
-            os.symlink(layout.outside_file, sub / ".link")
+            os.symlink(outside / "f.txt", sub / ".link")
             os.replace(sub / ".link", sub / "f.txt")
+    pause()
+"""
 
-    def run() -> None:
-        swap = swap_parent if what == "parent" else swap_file
-        while not stop.is_set():
-            swap()
 
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
+@contextmanager
+def swapping(layout: Layout, what: str) -> Iterator[None]:
+    """Another process that keeps swapping ``sub`` (``parent``) or ``sub/f.txt`` (``file``)
+    for a symbolic link to the outside folder, until the block ends."""
+    argv = [sys.executable, "-c", SWAPPER, what, str(layout.workspace), str(layout.outside)]
+    with subprocess.Popen([*argv, INSIDE], stdout=subprocess.PIPE) as swapper:
+        try:
+            assert swapper.stdout is not None
+            assert swapper.stdout.readline() == b"swapping\n"
+            yield
+        finally:
+            swapper.kill()
 
 
 def _reached_outside(layout: Layout, result: ToolResult | dict[str, Any]) -> bool:
@@ -229,4 +244,3 @@ def test_a_swap_before_any_step_of_a_file_access_never_reaches_outside(
         assert swapper.count >= at, "the swap happened"
         assert layout.untouched(), (at, outcome)
         assert SECRET.encode() not in repr(outcome).encode(), (at, outcome)
-
