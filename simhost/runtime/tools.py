@@ -137,7 +137,10 @@ def resolve(workspace: Path, path_text: str) -> tuple[Path, Path, bool]:
     """
     try:
         path = Path(path_text).expanduser()
-        absolute = path if path.is_absolute() else workspace / path
+    except RuntimeError:
+        raise Refused("refused", f"{path_text}: no home folder to expand ~ to") from None
+    absolute = path if path.is_absolute() else workspace / path
+    try:
         resolved = absolute.resolve()
     except RuntimeError:  # Python < 3.13 reports a symbolic link loop so
         raise Refused("refused", f"{path_text}: symbolic link loop") from None
