@@ -422,8 +422,9 @@ def plan_delete(workspace: Path, path_text: str) -> ToolCall:
         await trio.lowlevel.checkpoint()
         # Checked again after the answer: the path must still lead to the file shown
         # (a folder swapped for a symlink meanwhile would point the delete elsewhere).
-        if _still_there(workspace, path_text, target) is not None:
-            why = f"{path_text} changed since the question; not deleted"
+        moved = _still_there(workspace, path_text, target)
+        if moved is not None:
+            why = f"{path_text} changed since the question; not deleted: {moved}"
             return ToolResult(False, why, {"error": "changed"})
         try:
             delete_file(workspace, target.parts)
