@@ -28,6 +28,7 @@ from typing import Any, Final, Literal, TypeAlias
 import msgspec
 import trio
 
+from . import _workspace_fs
 from ._client import Client, InboundNotification, PermissionHandler, Registration
 from ._errors import PermclientError, RequestError
 from ._messages import DECODE_ERRORS, ErrorCode
@@ -69,6 +70,8 @@ MAX_READ_BYTES: Final = 16 * 1024 * 1024
 
 _INVALID_PARAMS: Final = int(ErrorCode.INVALID_PARAMS)
 _INTERNAL_ERROR: Final = int(ErrorCode.INTERNAL_ERROR)
+_RESOURCE_NOT_FOUND: Final = -32002
+"""ACP's code for a file that does not exist."""
 
 # ------------------------------------------------------------------ initialize
 
@@ -298,7 +301,8 @@ class AcpAgent:
     ``read_files`` / ``write_files`` / ``elicitation`` advertise and serve those
     client capabilities (all off by default). File access is confined to the
     working directory of the session the request names (after resolving
-    symbolic links); anything else is an error response, never a read or write.
+    symbolic links, and never through one that appears later, a second hard link,
+    a FIFO or a device); anything else is an error response, never a read or write.
     """
 
     def __init__(
@@ -410,27 +414,33 @@ class AcpAgent:
 
     # ---------------------------------------------------------- capabilities
 
-    def _confined(self, session_id: str, path_text: str) -> Path:
+    def _confined(self, session_id: str, path_text: str) -> tuple[Path, tuple[str, ...]]:
+        """The session's resolved directory and the parts of ``path_text`` below it."""
         root = self._roots.get(session_id)
         if root is None:
             raise RequestError(_INVALID_PARAMS, f"unknown session {session_id!r}")
         path = Path(path_text)
         if not path.is_absolute():
             raise RequestError(_INVALID_PARAMS, f"not an absolute path: {path_text!r}")
-        resolved = path.resolve()
-        if not resolved.is_relative_to(root.resolve()):
-            raise RequestError(
-                _INVALID_PARAMS, f"{path_text!r} is outside the session's directory {root}"
-            )
-        return resolved
+        try:
+            resolved_root = root.resolve()
+        except (OSError, RuntimeError) as exc:
+            raise RequestError(_INTERNAL_ERROR, f"cannot resolve {root}: {exc}") from None
+        try:
+            return resolved_root, _workspace_fs.locate(resolved_root, path)
+        except _workspace_fs.Refused as exc:
+            raise _fs_error(exc) from None
 
     async def _read(self, params: Any) -> dict[str, Any]:
         request = _convert(params, _ReadParams)
-        path = self._confined(request.session_id, request.path)
+        root, parts = self._confined(request.session_id, request.path)
         try:
-            text = await trio.to_thread.run_sync(_read_text, path)
-        except OSError as exc:
-            raise RequestError(_INTERNAL_ERROR, f"cannot read {request.path}: {exc}") from None
+            data = await trio.to_thread.run_sync(
+                _workspace_fs.read_file, root, parts, MAX_READ_BYTES
+            )
+        except _workspace_fs.Refused as exc:
+            raise _fs_error(exc) from None
+        text = data.decode("utf-8", errors="replace")
         if request.line is not None or request.limit is not None:
             lines = text.splitlines(keepends=True)
             start = max((request.line or 1) - 1, 0)
@@ -440,11 +450,12 @@ class AcpAgent:
 
     async def _write(self, params: Any) -> dict[str, Any]:
         request = _convert(params, _WriteParams)
-        path = self._confined(request.session_id, request.path)
+        root, parts = self._confined(request.session_id, request.path)
+        data = request.content.encode("utf-8")
         try:
-            await trio.to_thread.run_sync(path.write_text, request.content, "utf-8")
-        except OSError as exc:
-            raise RequestError(_INTERNAL_ERROR, f"cannot write {request.path}: {exc}") from None
+            await trio.to_thread.run_sync(_workspace_fs.replace_file, root, parts, data)
+        except _workspace_fs.Refused as exc:
+            raise _fs_error(exc) from None
         return {}
 
     @contextmanager
@@ -572,9 +583,11 @@ def _convert(params: Any, kind: type[Any]) -> Any:
         raise RequestError(_INVALID_PARAMS, f"invalid params: {exc}") from None
 
 
-def _read_text(path: Path) -> str:
-    with path.open("rb") as file:
-        data = file.read(MAX_READ_BYTES + 1)
-    if len(data) > MAX_READ_BYTES:
-        raise OSError(f"larger than {MAX_READ_BYTES} bytes")
-    return data.decode("utf-8", errors="replace")
+def _fs_error(refused: _workspace_fs.Refused) -> RequestError:
+    """A refusal as the error response: -32002 for no such file, -32603 when the
+    system failed, else -32602 (the request asks for what is not served)."""
+    if refused.kind == "missing":
+        return RequestError(_RESOURCE_NOT_FOUND, refused.reason)
+    if refused.kind == "failed":
+        return RequestError(_INTERNAL_ERROR, refused.reason)
+    return RequestError(_INVALID_PARAMS, refused.reason)

@@ -5,8 +5,11 @@ Every message the client sends here is also checked against ACP's JSON Schema.
 
 from __future__ import annotations
 
+import os
+import stat
+import threading
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +20,7 @@ import trio.testing
 import permclient
 from permclient import PermclientError, PermissionRequest, Selected
 from permclient.acp import (
+    MAX_READ_BYTES,
     AcpAgent,
     AgentMessageChunk,
     AvailableCommandsUpdate,
@@ -398,6 +402,129 @@ async def test_malformed_fs_params_are_invalid_params(tmp_path: Path) -> None:
         await new_session(agent, peer, tmp_path)
         reply = await fs_call(peer, "fs/read_text_file", {"sessionId": "s1"})
         assert reply["error"]["code"] == -32602
+
+
+async def test_a_hard_linked_file_is_neither_read_nor_written_through(tmp_path: Path) -> None:
+    root, outside = tmp_path / "project", tmp_path / "outside.txt"
+    root.mkdir()
+    outside.write_text("private")
+    os.link(outside, root / "notes.txt")
+    path = str(root / "notes.txt")
+    async with connected(read_files=True, write_files=True) as (agent, peer):
+        await initialized(agent, peer)
+        await new_session(agent, peer, root)
+        read = await fs_call(peer, "fs/read_text_file", {"sessionId": "s1", "path": path})
+        write = {"sessionId": "s1", "path": path, "content": "pwned"}
+        written = await fs_call(peer, "fs/write_text_file", write, request_id=8)
+    for reply in (read, written):
+        assert reply["error"]["code"] == -32602
+        assert reply["error"]["message"].startswith(f"{path} has 2 hard links")
+        assert "private" not in repr(reply)
+    assert outside.read_text() == "private"
+
+
+def _unblock_fifo_later(fifo: Path) -> threading.Timer:
+    """Writes to ``fifo`` after a while, so code that blocks opening it ends (and fails)."""
+
+    def write() -> None:
+        with suppress(OSError):
+            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)  # ENXIO unless a reader waits
+            os.write(fd, b"from the fifo")
+            os.close(fd)
+
+    timer = threading.Timer(2.0, write)
+    timer.start()
+    return timer
+
+
+@pytest.mark.parametrize("method", ["fs/read_text_file", "fs/write_text_file"])
+async def test_a_fifo_or_other_non_regular_file_is_refused_without_blocking(
+    tmp_path: Path, method: str
+) -> None:
+    os.mkfifo(tmp_path / "pipe")
+    (tmp_path / "folder").mkdir()
+    timer = _unblock_fifo_later(tmp_path / "pipe")
+    try:
+        async with connected(read_files=True, write_files=True) as (agent, peer):
+            await initialized(agent, peer)
+            await new_session(agent, peer, tmp_path)
+            for name, why in (
+                ("pipe", "is not a regular file (a FIFO)"),
+                ("folder", "is a folder"),
+            ):
+                params = {"sessionId": "s1", "path": str(tmp_path / name), "content": "x"}
+                reply = await fs_call(peer, method, params)
+                assert reply["error"] == {
+                    "code": -32602,
+                    "message": f"{tmp_path / name} {why}",
+                }
+    finally:
+        timer.cancel()
+    assert stat.S_ISFIFO((tmp_path / "pipe").lstat().st_mode)
+
+
+@pytest.mark.parametrize("method", ["fs/read_text_file", "fs/write_text_file"])
+async def test_loops_missing_folders_and_odd_paths_are_clear_errors_for_that_request(
+    tmp_path: Path, method: str
+) -> None:
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    (tmp_path / "file.txt").write_text("x")
+    cases = [
+        ("a/x.txt", -32602, "symbolic link loop"),
+        ("gone/x.txt", -32002, "does not exist"),
+        ("file.txt/x.txt", -32602, "is not a folder"),
+        ("nul\0.txt", -32602, "null byte"),
+    ]
+    if method == "fs/read_text_file":
+        cases.append(("missing.txt", -32002, "does not exist"))
+    async with connected(read_files=True, write_files=True) as (agent, peer):
+        await initialized(agent, peer)
+        await new_session(agent, peer, tmp_path)
+        for name, code, why in cases:
+            params = {"sessionId": "s1", "path": str(tmp_path / name), "content": "x"}
+            reply = await fs_call(peer, method, params)
+            assert reply["error"]["code"] == code, (name, reply)
+            assert why in reply["error"]["message"], (name, reply)
+            assert "\n" not in reply["error"]["message"]
+        # The connection serves the next request as ever.
+        params = {"sessionId": "s1", "path": str(tmp_path / "file.txt"), "content": "x"}
+        assert "result" in await fs_call(peer, method, params)
+
+
+async def test_a_read_larger_than_the_bound_is_refused_before_reading(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    big = tmp_path / "big.txt"
+    with big.open("wb") as file:
+        file.truncate(64 * 1024 * 1024 * 1024)  # 64 GiB, sparse
+    async with connected(read_files=True) as (agent, peer):
+        await initialized(agent, peer)
+        await new_session(agent, peer, tmp_path)
+        reply = await fs_call(peer, "fs/read_text_file", {"sessionId": "s1", "path": str(big)})
+        assert reply["error"] == {
+            "code": -32602,
+            "message": f"{big} is larger than {MAX_READ_BYTES} bytes",
+        }
+        monkeypatch.setattr(permclient.acp, "MAX_READ_BYTES", 4)
+        (tmp_path / "five.txt").write_text("12345")
+        params = {"sessionId": "s1", "path": str(tmp_path / "five.txt")}
+        reply = await fs_call(peer, "fs/read_text_file", params)
+        assert reply["error"]["message"] == f"{tmp_path / 'five.txt'} is larger than 4 bytes"
+
+
+async def test_a_write_replaces_the_file_and_keeps_its_permissions(tmp_path: Path) -> None:
+    target = tmp_path / "script.sh"
+    target.write_text("old")
+    target.chmod(0o751)
+    async with connected(write_files=True) as (agent, peer):
+        await initialized(agent, peer)
+        await new_session(agent, peer, tmp_path)
+        params = {"sessionId": "s1", "path": str(target), "content": "new"}
+        assert (await fs_call(peer, "fs/write_text_file", params))["result"] == {}
+    assert target.read_text() == "new"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o751
+    assert os.listdir(tmp_path) == ["script.sh"]  # no temporary file left behind
 
 
 # ----------------------------------------------------------------- elicitation

@@ -684,6 +684,60 @@ async def test_a_write_outside_the_workspace_is_refused_and_the_shell_fallback_a
             assert statuses(editor.last_call(session)) == ["pending", "in_progress", "completed"]
 
 
+async def test_a_hard_linked_file_is_outside_the_card_says_so_and_nothing_goes_through(
+    tmp_path: Path,
+) -> None:
+    outside = tmp_path / "outside.txt"
+    outside.write_text("private\n")
+    with trio.fail_after(BOUND_S):
+        async with open_runtime(tmp_path) as editor:
+            os.link(outside, editor.workspace / "notes.txt")
+            session = await editor.new_session()
+            seen: list[PermissionRequest] = []
+            for prompt in ("create notes.txt with x", "read notes.txt"):
+                assert await editor.send(session, prompt, answering("deny", seen)) == "end_turn"
+            # Neither went through the link: each file tool refused, and the shell
+            # fallback asked, its card saying why.
+            assert len(seen) == 2
+            for request in seen:
+                assert request.tool_call.kind == "execute"
+                [why] = request.tool_call.content or []
+                assert isinstance(why, permclient.Content)
+                assert isinstance(why.content, permclient.TextContent)
+                assert "has 2 hard links" in why.content.text
+            calls = list(editor.calls(session).values())
+            for refused, fallback in zip(calls[::2], calls[1::2], strict=True):
+                assert statuses(refused) == ["pending", "failed"]
+                assert "has 2 hard links" in refused[-1]["content"][0]["content"]["text"]
+                assert statuses(fallback) == ["pending", "failed"]
+            assert "private" not in json.dumps(editor.updates[session])
+    assert outside.read_text() == "private\n"
+
+
+async def test_loops_fifos_and_vanished_folders_fail_that_call_and_the_turn_goes_on(
+    tmp_path: Path,
+) -> None:
+    with trio.fail_after(BOUND_S):
+        async with open_runtime(tmp_path) as editor:
+            workspace = editor.workspace
+            (workspace / "loop").symlink_to(workspace / "loop")
+            os.mkfifo(workspace / "pipe")
+            session = await editor.new_session()
+            for prompt, why in (
+                ("read loop/x.txt", "symbolic link loop"),
+                ("create loop/x.txt with x", "symbolic link loop"),
+                ("read pipe", "is not a regular file (a FIFO)"),
+                ("create pipe with x", "is not a regular file (a FIFO)"),
+                ("delete gone/x.txt", "does not exist"),
+            ):
+                assert await editor.send(session, prompt) == "end_turn", prompt
+                events = editor.last_call(session)
+                assert statuses(events) == ["pending", "failed"], prompt
+                assert why in events[-1]["content"][0]["content"]["text"], prompt
+            await editor.send(session, "hello there")
+            assert editor.texts(session)[-1].startswith("You said: hello there")
+
+
 async def test_presets_read_only_denies_without_asking_and_auto_edit_writes(
     tmp_path: Path,
 ) -> None:

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import stat
+import threading
+from contextlib import suppress
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -26,6 +30,8 @@ from simhost.runtime.policy import (
 )
 from simhost.runtime.sessions import SessionStore, StandingGrant, UnknownSession
 from simhost.runtime.tools import (
+    MAX_FILE_BYTES,
+    MAX_OUTPUT_BYTES,
     plan_delete,
     plan_edit,
     plan_read,
@@ -33,7 +39,7 @@ from simhost.runtime.tools import (
     plan_write,
     shell_fallback,
 )
-from simhost.runtime.wire import HistoryEntry
+from simhost.runtime.wire import HistoryEntry, TextContentBlock
 
 # --------------------------------------------------------------------- grammar
 
@@ -293,6 +299,222 @@ def test_a_write_to_a_fifo_is_refused_before_it_could_block(tmp_path: Path) -> N
     os.mkfifo(tmp_path / "pipe")
     call = plan_write(tmp_path, "pipe", "x", {"path": "pipe", "text": "x"})
     assert call.refusal is not None and "not a regular file" in call.refusal.reason
+
+
+def _hard_linked(tmp_path: Path) -> tuple[Path, Path]:
+    """A workspace whose notes.txt is a second name of a file outside it."""
+    workspace, outside = tmp_path / "w", tmp_path / "outside.txt"
+    workspace.mkdir()
+    outside.write_text("private\n")
+    os.link(outside, workspace / "notes.txt")
+    return workspace, outside
+
+
+def test_a_hard_linked_file_is_outside_for_every_file_tool_and_the_card_says_why(
+    tmp_path: Path,
+) -> None:
+    workspace, outside = _hard_linked(tmp_path)
+    for call in (
+        plan_write(workspace, "notes.txt", "x\n", {"path": "notes.txt", "text": "x"}),
+        plan_edit(workspace, "notes.txt", "p", "x"),
+        plan_read(workspace, "notes.txt"),
+        plan_delete(workspace, "notes.txt"),
+    ):
+        assert call.refusal is not None and call.refusal.outside, call.tool
+        assert "has 2 hard links" in call.refusal.reason
+        assert str(workspace / "notes.txt") in call.refusal.reason
+        assert "private" not in repr(call)  # nothing of its content was read
+        # The shell fallback asks, and its card says why it is asking.
+        fallback = shell_fallback(workspace, call)
+        assert fallback is not None and fallback.tool == SHELL
+        [why] = fallback.content
+        assert isinstance(why, TextContentBlock)
+        assert why.content.text.startswith(f"instead of {call.title}: ")
+        assert "has 2 hard links" in why.content.text
+    assert outside.read_text() == "private\n"
+
+
+async def test_a_hard_link_swapped_in_while_the_question_is_open_is_never_written_or_read(
+    tmp_path: Path,
+) -> None:
+    workspace, outside = _hard_linked(tmp_path)
+    (workspace / "notes.txt").unlink()
+    (workspace / "notes.txt").write_text("mine\n")
+    write = plan_write(workspace, "notes.txt", "x\n", {"path": "notes.txt", "text": "x"})
+    read = plan_read(workspace, "notes.txt")
+    delete = plan_delete(workspace, "notes.txt")
+    assert write.refusal is read.refusal is delete.refusal is None
+    outside.write_text("mine\n")  # even with the content the write expects
+    (workspace / "notes.txt").unlink()
+    os.link(outside, workspace / "notes.txt")
+    for call in (write, read, delete):
+        result = await call.action()
+        assert not result.ok and "has 2 hard links" in result.text, result.text
+    assert outside.read_text() == "mine\n"
+    assert (workspace / "notes.txt").exists()
+
+
+def _swap_parent_for_link(workspace: Path, outside: Path) -> None:
+    (workspace / "sub").rename(workspace / "sub.aside")
+    (workspace / "sub").symlink_to(outside)
+
+
+def _swap_file_for_link(workspace: Path, outside: Path) -> None:
+    (workspace / "sub" / "f.txt").unlink()
+    (workspace / "sub" / "f.txt").symlink_to(outside / "f.txt")
+
+
+@pytest.mark.parametrize("swap", [_swap_parent_for_link, _swap_file_for_link])
+@pytest.mark.parametrize("tool", ["write", "read", "delete"])
+async def test_a_symlink_swapped_in_right_after_the_last_check_is_never_followed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tool: str, swap: Any
+) -> None:
+    workspace, outside = tmp_path / "w", tmp_path / "outside"
+    (workspace / "sub").mkdir(parents=True)
+    outside.mkdir()
+    (workspace / "sub" / "f.txt").write_text("same\n")
+    (outside / "f.txt").write_text("same\n")
+    if tool == "write":
+        raw = {"path": "sub/f.txt", "text": "x"}
+        call = plan_write(workspace, "sub/f.txt", "pwned\n", raw)
+    elif tool == "read":
+        (outside / "f.txt").write_text("secret\n")
+        call = plan_read(workspace, "sub/f.txt")
+    else:
+        call = plan_delete(workspace, "sub/f.txt")
+    assert call.refusal is None
+    # The swap lands just after the action's last look at the path (or, for an
+    # action that takes no look, while the question is open).
+    resolve = Path.resolve
+    armed = [True]
+
+    def resolve_then_swap(path: Path, strict: bool = False) -> Path:
+        resolved = resolve(path, strict)
+        if armed and armed.pop():
+            swap(workspace, outside)
+        return resolved
+
+    monkeypatch.setattr(Path, "resolve", resolve_then_swap)
+    if tool == "read":
+        armed.clear()
+        swap(workspace, outside)
+    result = await call.action()
+    assert not result.ok
+    assert "secret" not in repr(result)
+    assert (outside / "f.txt").read_text() == ("secret\n" if tool == "read" else "same\n")
+    assert sorted(p.name for p in outside.iterdir()) == ["f.txt"]
+
+
+@pytest.mark.parametrize("tool", ["write", "edit", "read", "delete"])
+def test_symlink_loops_and_odd_paths_are_refused_for_that_call_only(
+    tmp_path: Path, tool: str
+) -> None:
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    (tmp_path / "file.txt").write_text("x\n")
+    for path, reason in (
+        ("a/x.txt", "symbolic link loop"),
+        ("a", "symbolic link loop"),
+        ("nul\0byte.txt", "null byte"),
+        ("file.txt/x.txt", "is not a folder"),
+    ):
+        if tool == "write":
+            call = plan_write(tmp_path, path, "x\n", {"path": path, "text": "x"})
+        elif tool == "edit":
+            call = plan_edit(tmp_path, path, "x", "y")
+        elif tool == "read":
+            call = plan_read(tmp_path, path)
+        else:
+            call = plan_delete(tmp_path, path)
+        assert call.refusal is not None and not call.refusal.outside, path
+        assert reason in call.refusal.reason, (path, call.refusal.reason)
+        assert "\n" not in call.refusal.reason
+
+
+@pytest.mark.parametrize("tool", ["write", "read", "delete"])
+async def test_a_path_that_vanishes_or_loops_while_the_question_is_open_fails_that_call(
+    tmp_path: Path, tool: str
+) -> None:
+    for make_it_odd in ("vanish", "loop"):
+        workspace = tmp_path / make_it_odd / tool
+        (workspace / "sub").mkdir(parents=True)
+        (workspace / "sub" / "f.txt").write_text("x\n")
+        if tool == "write":
+            call = plan_write(workspace, "sub/f.txt", "y\n", {"path": "sub/f.txt", "text": "y"})
+        elif tool == "read":
+            call = plan_read(workspace, "sub/f.txt")
+        else:
+            call = plan_delete(workspace, "sub/f.txt")
+        assert call.refusal is None
+        (workspace / "sub" / "f.txt").unlink()
+        (workspace / "sub").rmdir()
+        if make_it_odd == "loop":
+            (workspace / "sub").symlink_to(workspace / "sub")
+        result = await call.action()
+        assert not result.ok
+        expected = "symbolic link loop" if make_it_odd == "loop" else "sub/f.txt"
+        assert expected in result.text, result.text
+
+
+def _unblock_fifo_later(fifo: Path) -> threading.Timer:
+    """Writes to ``fifo`` after a while: old code blocked in open() then reads it, not hangs."""
+
+    def write() -> None:
+        with suppress(OSError):
+            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)  # ENXIO unless a reader waits
+            os.write(fd, b"from the fifo\n")
+            os.close(fd)
+
+    timer = threading.Timer(2.0, write)
+    timer.start()
+    return timer
+
+
+def test_a_fifo_or_device_is_refused_by_every_file_tool(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "pipe")
+    for path in ("pipe", "/dev/null"):
+        workspace = tmp_path if path == "pipe" else Path("/dev")
+        name = path.rsplit("/", 1)[-1]
+        for call in (
+            plan_write(workspace, name, "x", {"path": name, "text": "x"}),
+            plan_edit(workspace, name, "x", "y"),
+            plan_read(workspace, name),
+            plan_delete(workspace, name),
+        ):
+            assert call.refusal is not None, (path, call.tool)
+            assert "is not a regular file" in call.refusal.reason
+    assert (tmp_path / "pipe").exists()
+
+
+async def test_a_fifo_swapped_in_while_the_question_is_open_is_refused_not_waited_on(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "f.txt").write_text("x\n")
+    read = plan_read(tmp_path, "f.txt")
+    write = plan_write(tmp_path, "f.txt", "y\n", {"path": "f.txt", "text": "y"})
+    (tmp_path / "f.txt").unlink()
+    os.mkfifo(tmp_path / "f.txt")
+    timer = _unblock_fifo_later(tmp_path / "f.txt")
+    try:
+        for call in (read, write):
+            result = await call.action()
+            assert not result.ok and "a FIFO" in result.text, result.text
+    finally:
+        timer.cancel()
+    assert stat.S_ISFIFO((tmp_path / "f.txt").lstat().st_mode)
+
+
+async def test_reads_are_bounded_in_size(tmp_path: Path) -> None:
+    big = tmp_path / "big.txt"
+    with big.open("wb") as file:
+        file.truncate(64 * 1024 * 1024 * 1024)  # 64 GiB, sparse
+    write = plan_write(tmp_path, "big.txt", "x", {"path": "big.txt", "text": "x"})
+    assert write.refusal is not None
+    assert write.refusal.reason == f"{big} is larger than {MAX_FILE_BYTES} bytes"
+    read = plan_read(tmp_path, "big.txt")
+    result = await read.action()
+    assert result.ok and result.raw_output["truncated"] is True
+    assert len(result.raw_output["text"]) == MAX_OUTPUT_BYTES
 
 
 async def test_the_shell_fallback_writes_what_the_file_tool_would_have(tmp_path: Path) -> None:

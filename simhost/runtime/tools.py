@@ -11,6 +11,11 @@ asks like any other.
 
 Actions check that what they are about to change is still what was shown: a
 file whose content changed between the question and the answer is not written.
+Files are read, written and deleted through :mod:`permclient._workspace_fs`: the
+path is resolved once, then reached from the workspace folder without following
+any symbolic link, so a link swapped in after the check is refused, never
+followed. A file with a second hard link counts as outside the workspace, and a
+FIFO or a device is refused (nothing blocks).
 """
 
 from __future__ import annotations
@@ -29,6 +34,14 @@ from typing import Any, Final
 
 import trio
 
+from permclient._workspace_fs import (
+    Refused,
+    delete_file,
+    file_status,
+    read_file,
+    read_head,
+    replace_file,
+)
 from simhost.runtime.policy import SHELL, ToolName
 from simhost.runtime.wire import (
     DiffBlock,
@@ -119,13 +132,45 @@ def resolve(workspace: Path, path_text: str) -> tuple[Path, Path, bool]:
 
     Returns ``(absolute, resolved, inside)``: the path as asked (absolute, ``~``
     expanded), the path with symlinks resolved, and whether the resolved path is
-    inside the workspace (the workspace folder itself is not inside).
+    inside the workspace (the workspace folder itself is not inside). Raises
+    :class:`Refused` for a symbolic link loop or a path the system cannot take.
     """
-    path = Path(path_text).expanduser()
+    try:
+        path = Path(path_text).expanduser()
+    except RuntimeError:
+        raise Refused("refused", f"{path_text}: no home folder to expand ~ to") from None
     absolute = path if path.is_absolute() else workspace / path
-    resolved = absolute.resolve()
+    try:
+        resolved = absolute.resolve()
+    except RuntimeError:  # Python < 3.13 reports a symbolic link loop so
+        raise Refused("refused", f"{path_text}: symbolic link loop") from None
+    except (OSError, ValueError) as exc:
+        raise Refused("refused", f"{path_text}: {_why(exc)}") from None
     inside = resolved != workspace and resolved.is_relative_to(workspace)
     return absolute, resolved, inside
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    """Where a file tool's path leads: inside the workspace."""
+
+    absolute: Path
+    resolved: Path
+    parts: tuple[str, ...]
+    """``resolved`` below the workspace, walked without following links."""
+
+
+def _locate(
+    tool: ToolName, kind: ToolKind, workspace: Path, path_text: str, raw_input: dict[str, Any]
+) -> _Target | ToolCall:
+    """Where ``path_text`` leads in the workspace, else the refused call."""
+    try:
+        absolute, resolved, inside = resolve(workspace, path_text)
+    except Refused as exc:
+        return _refused(tool, kind, path_text, raw_input, Refusal(exc.reason))
+    if not inside:
+        return _refused_outside(tool, kind, workspace, path_text, raw_input, absolute, resolved)
+    return _Target(absolute, resolved, resolved.relative_to(workspace).parts)
 
 
 async def _unavailable() -> ToolResult:  # pragma: no cover - refused calls never run
@@ -155,17 +200,38 @@ def _refused_outside(
     return refused
 
 
+def _refused_by(
+    tool: ToolName,
+    kind: ToolKind,
+    path_text: str,
+    raw_input: dict[str, Any],
+    target: _Target,
+    refused: Refused,
+) -> ToolCall:
+    """The refused call for what the file system said; a hard-linked file is outside."""
+    outside = refused.kind == "outside"
+    call = _refused(tool, kind, path_text, raw_input, Refusal(refused.reason, outside=outside))
+    if outside:
+        call.target = target.absolute  # what the shell fallback acts on
+    return call
+
+
 def _existing_file(
     tool: ToolName, kind: ToolKind, workspace: Path, path_text: str, raw_input: dict[str, Any]
-) -> tuple[Path, Path] | ToolCall:
-    """``(absolute, resolved)`` of a file that must exist in the workspace, else a refused call."""
-    absolute, resolved, inside = resolve(workspace, path_text)
-    if not inside:
-        return _refused_outside(tool, kind, workspace, path_text, raw_input, absolute, resolved)
-    if not resolved.is_file():
-        why = "is a folder" if resolved.is_dir() else "does not exist"
-        return _refused(tool, kind, path_text, raw_input, Refusal(f"{resolved} {why}"))
-    return absolute, resolved
+) -> _Target | ToolCall:
+    """A regular file that must exist in the workspace, else a refused call."""
+    target = _locate(tool, kind, workspace, path_text, raw_input)
+    if isinstance(target, ToolCall):
+        return target
+    try:
+        status = file_status(workspace, target.parts)
+    except Refused as exc:
+        return _refused_by(tool, kind, path_text, raw_input, target, exc)
+    if status is None:
+        return _refused(
+            tool, kind, path_text, raw_input, Refusal(f"{target.resolved} does not exist")
+        )
+    return target
 
 
 def _outside(workspace: Path, absolute: Path, resolved: Path) -> Refusal:
@@ -175,21 +241,18 @@ def _outside(workspace: Path, absolute: Path, resolved: Path) -> Refusal:
     return Refusal(f"{shown} is outside the workspace {workspace}", outside=True)
 
 
-def _read_text(path: Path) -> str:
-    """Read a text file of at most :data:`MAX_FILE_BYTES`; raises OSError or ValueError."""
-    with path.open("rb") as file:
-        data = file.read(MAX_FILE_BYTES + 1)
-    if len(data) > MAX_FILE_BYTES:
-        raise ValueError(f"{path} is larger than {MAX_FILE_BYTES} bytes")
-    return data.decode("utf-8")
+def _current_text(workspace: Path, target: _Target) -> str | None:
+    """The file's text (at most :data:`MAX_FILE_BYTES`), ``None`` if it does not exist.
 
-
-def _current_text(path: Path) -> str | None:
-    """The file's text, ``None`` if it does not exist; raises OSError/ValueError otherwise."""
+    Raises :class:`Refused`, or :class:`UnicodeDecodeError` for a file that is not UTF-8.
+    """
     try:
-        return _read_text(path)
-    except FileNotFoundError:
-        return None
+        data = read_file(workspace, target.parts, MAX_FILE_BYTES)
+    except Refused as exc:
+        if exc.kind == "missing":
+            return None
+        raise
+    return data.decode("utf-8")
 
 
 def _why(exc: Exception) -> str:
@@ -211,19 +274,19 @@ def plan_write(
     ``new_text`` is the whole new content, or a function of the old content (an
     edit, which needs the file to exist). The call carries a ``diff`` block
     (``oldText`` ``None`` for a new file). Refused when the path is outside the
-    workspace, a directory, unreadable, or (for an edit) missing.
+    workspace (or the file has a second hard link), not a regular file,
+    unreadable, or (for an edit) missing.
     """
     tool: ToolName = "fs.write"
-    absolute, resolved, inside = resolve(workspace, path_text)
-    if not inside:
-        return _refused_outside(tool, "edit", workspace, path_text, raw_input, absolute, resolved)
-    if resolved.exists() and not resolved.is_file():
-        # A folder, or a FIFO/device whose open would block the whole runtime.
-        why = "is a folder" if resolved.is_dir() else "is not a regular file"
-        return _refused(tool, "edit", path_text, raw_input, Refusal(f"{resolved} {why}"))
+    target = _locate(tool, "edit", workspace, path_text, raw_input)
+    if isinstance(target, ToolCall):
+        return target
+    resolved = target.resolved
     try:
-        old = _current_text(resolved)
-    except (OSError, ValueError) as exc:
+        old = _current_text(workspace, target)
+    except Refused as exc:
+        return _refused_by(tool, "edit", path_text, raw_input, target, exc)
+    except UnicodeDecodeError as exc:
         return _refused(tool, "edit", path_text, raw_input, Refusal(f"{resolved}: {_why(exc)}"))
     if callable(new_text):
         if old is None:
@@ -241,40 +304,46 @@ def plan_write(
 
     async def write() -> ToolResult:
         await trio.lowlevel.checkpoint()
-        return _write_now(workspace, path_text, resolved, old, new, diff)
+        return _write_now(workspace, path_text, target, old, new, diff)
 
     call = ToolCall(tool, "edit", _title(tool, path_text), raw_input, write)
     call.content = [diff]
     call.locations = [Location(str(resolved))]
-    call.target = absolute
+    call.target = target.absolute
     return call
 
 
+def _still_there(workspace: Path, path_text: str, target: _Target) -> str | None:
+    """Why ``path_text`` no longer leads where it did when it was shown, or ``None``."""
+    try:
+        _, now, inside = resolve(workspace, path_text)
+    except Refused as exc:
+        return exc.reason
+    if not inside or now != target.resolved:
+        return f"{path_text} now resolves to {now}"
+    return None
+
+
 def _write_now(
-    workspace: Path, path_text: str, planned: Path, old: str | None, new: str, diff: DiffBlock
+    workspace: Path, path_text: str, target: _Target, old: str | None, new: str, diff: DiffBlock
 ) -> ToolResult:
-    _, resolved, inside = resolve(workspace, path_text)
-    if not inside or resolved != planned:
-        return ToolResult(False, f"not written: {path_text} now resolves to {resolved}", {})
+    moved = _still_there(workspace, path_text, target)
+    if moved is not None:
+        return ToolResult(False, f"not written: {moved}", {"error": "changed"})
+    expected = None if old is None else old.encode("utf-8")
+    data = new.encode("utf-8")
     try:
-        current = _current_text(resolved)
-    except (OSError, ValueError) as exc:
-        return ToolResult(False, f"not written: {resolved}: {_why(exc)}", {"error": _why(exc)})
-    if current != old:
-        reason = f"{resolved} changed since the change was shown; not written"
-        return ToolResult(False, reason, {"error": "changed"})
-    try:
-        resolved.parent.mkdir(parents=True, exist_ok=True)
-        with resolved.open("w", encoding="utf-8", newline="") as file:
-            file.write(new)
-    except OSError as exc:
-        return ToolResult(False, f"not written: {resolved}: {_why(exc)}", {"error": _why(exc)})
-    size = len(new.encode("utf-8"))
+        replace_file(workspace, target.parts, data, expected=expected, make_parents=True)
+    except Refused as exc:
+        if exc.kind == "changed":
+            reason = f"{target.resolved} changed since the change was shown; not written"
+            return ToolResult(False, reason, {"error": "changed"})
+        return ToolResult(False, f"not written: {exc.reason}", {"error": exc.reason})
     verb = "created" if old is None else "wrote"
     return ToolResult(
         True,
-        f"{verb} {path_text} ({size} bytes)",
-        {"path": str(resolved), "bytes": size, "created": old is None},
+        f"{verb} {path_text} ({len(data)} bytes)",
+        {"path": str(target.resolved), "bytes": len(data), "created": old is None},
         [diff],
     )
 
@@ -285,12 +354,12 @@ def plan_edit(workspace: Path, path_text: str, old: str, new: str) -> ToolCall:
     Refused (besides :func:`plan_write`'s reasons) when ``old`` does not occur.
     """
     raw_input = {"path": path_text, "old": old, "new": new}
-    _, resolved, inside = resolve(workspace, path_text)
-    if inside and resolved.is_file():
+    target = _locate("fs.write", "edit", workspace, path_text, raw_input)
+    if not isinstance(target, ToolCall):
         try:
-            current = _current_text(resolved)
-        except (OSError, ValueError):
-            current = None
+            current = _current_text(workspace, target)
+        except (Refused, UnicodeDecodeError):
+            current = None  # plan_write says why
         if current is not None and old not in current:
             return _refused(
                 "fs.write",
@@ -312,28 +381,29 @@ def plan_read(workspace: Path, path_text: str) -> ToolCall:
     target = _existing_file(tool, "read", workspace, path_text, raw_input)
     if isinstance(target, ToolCall):
         return target
-    absolute, resolved = target
 
     async def read() -> ToolResult:
         await trio.lowlevel.checkpoint()
+        moved = _still_there(workspace, path_text, target)
+        if moved is not None:
+            return ToolResult(False, f"not read: {moved}", {"error": "changed"})
         try:
-            with resolved.open("rb") as file:
-                data = file.read(MAX_OUTPUT_BYTES + 1)
-        except OSError as exc:
-            return ToolResult(False, f"cannot read {path_text}: {_why(exc)}", {"error": _why(exc)})
+            data = read_head(workspace, target.parts, MAX_OUTPUT_BYTES + 1)
+        except Refused as exc:
+            return ToolResult(False, f"not read: {exc.reason}", {"error": exc.reason})
         truncated = len(data) > MAX_OUTPUT_BYTES
         text = data[:MAX_OUTPUT_BYTES].decode("utf-8", "replace")
         note = " (truncated)" if truncated else ""
         return ToolResult(
             True,
             f"read {path_text}: {len(data[:MAX_OUTPUT_BYTES])} bytes{note}",
-            {"path": str(resolved), "text": text, "truncated": truncated},
+            {"path": str(target.resolved), "text": text, "truncated": truncated},
             [text_content(text)],
         )
 
     call = ToolCall(tool, "read", _title(tool, path_text), raw_input, read)
-    call.locations = [Location(str(resolved))]
-    call.target = absolute
+    call.locations = [Location(str(target.resolved))]
+    call.target = target.absolute
     return call
 
 
@@ -347,27 +417,25 @@ def plan_delete(workspace: Path, path_text: str) -> ToolCall:
     target = _existing_file(tool, "delete", workspace, path_text, raw_input)
     if isinstance(target, ToolCall):
         return target
-    absolute, resolved = target
 
     async def delete() -> ToolResult:
         await trio.lowlevel.checkpoint()
         # Checked again after the answer: the path must still lead to the file shown
         # (a folder swapped for a symlink meanwhile would point the delete elsewhere).
-        _, now, inside = resolve(workspace, path_text)
-        if not inside or now != resolved or not now.is_file():
-            why = f"{path_text} changed since the question; not deleted"
+        moved = _still_there(workspace, path_text, target)
+        if moved is not None:
+            why = f"{path_text} changed since the question; not deleted: {moved}"
             return ToolResult(False, why, {"error": "changed"})
         try:
-            resolved.unlink()
-        except OSError as exc:
-            why = _why(exc)
-            return ToolResult(False, f"not deleted: {path_text}: {why}", {"error": why})
-        return ToolResult(True, f"deleted {path_text}", {"path": str(resolved)})
+            delete_file(workspace, target.parts)
+        except Refused as exc:
+            return ToolResult(False, f"not deleted: {exc.reason}", {"error": exc.reason})
+        return ToolResult(True, f"deleted {path_text}", {"path": str(target.resolved)})
 
     call = ToolCall(tool, "delete", _title(tool, path_text), raw_input, delete)
-    call.content = [text_content(f"delete {resolved}")]
-    call.locations = [Location(str(resolved))]
-    call.target = absolute
+    call.content = [text_content(f"delete {target.resolved}")]
+    call.locations = [Location(str(target.resolved))]
+    call.target = target.absolute
     return call
 
 
@@ -409,8 +477,15 @@ def shell_fallback(workspace: Path, refused: ToolCall) -> ToolCall | None:
     elif refused.tool == "fs.delete":
         code = f"import os; os.remove({path})"
     else:
-        return plan_shell(workspace, f"cat -- {shlex.quote(str(refused.target))}", [refused.target])
-    return plan_shell(workspace, f"python3 -c {shlex.quote(code)}", [refused.target])
+        code = None
+    if code is None:
+        command = f"cat -- {shlex.quote(str(refused.target))}"
+    else:
+        command = f"python3 -c {shlex.quote(code)}"
+    fallback = plan_shell(workspace, command, [refused.target])
+    # The card says why a shell command asks instead of the file tool.
+    fallback.content = [text_content(f"instead of {refused.title}: {refused.refusal.reason}")]
+    return fallback
 
 
 def _with_newline(text: str) -> str:

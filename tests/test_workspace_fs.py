@@ -1,0 +1,246 @@
+"""The workspace is a wall: symbolic links swapped in while a file tool runs never lead out.
+
+Two kinds of test. The races run a swapper process against the runtime's file tools
+and ``permclient.acp``'s ``fs/*`` service for a bounded number of calls and count
+what reached the outside folder: it must be nothing. The exhaustive ones swap the
+path at every single step of the file access in turn (before its 1st system call,
+its 2nd, ...), so no window is left to chance.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from permclient import _workspace_fs
+from permclient._workspace_fs import Refused
+from simhost.runtime.tools import ToolResult, plan_delete, plan_read, plan_write
+
+from .test_acp import connected, fs_call, initialized, new_session
+
+ITERATIONS = 300
+INSIDE = "inside\n"
+SECRET = "secret\n"
+
+
+class Layout:
+    """``w/sub/f.txt`` in the workspace ``w``; ``outside/f.txt`` next to it."""
+
+    def __init__(self, tmp_path: Path, outside_text: str) -> None:
+        self.workspace = tmp_path / "w"
+        self.sub = self.workspace / "sub"
+        self.sub.mkdir(parents=True)
+        (self.sub / "f.txt").write_text(INSIDE)
+        self.outside = tmp_path / "outside"
+        self.outside.mkdir()
+        self.outside_file = self.outside / "f.txt"
+        self.outside_text = outside_text
+        self.outside_file.write_text(outside_text)
+
+    def untouched(self) -> bool:
+        """Nothing outside was written, created or deleted."""
+        return (
+            sorted(p.name for p in self.outside.iterdir()) == ["f.txt"]
+            and self.outside_file.read_text() == self.outside_text
+        )
+
+    # Each swap turns part of the path into a way out (or into something unreadable).
+
+    def parent_to_symlink(self) -> None:
+        os.rename(self.sub, self.workspace / "sub.aside")
+        os.symlink(self.outside, self.sub)
+
+    def file_to_symlink(self) -> None:
+        os.symlink(self.outside_file, self.sub / ".link")
+        os.replace(self.sub / ".link", self.sub / "f.txt")
+
+    def file_to_hard_link(self) -> None:
+        os.link(self.outside_file, self.sub / ".link")
+        os.replace(self.sub / ".link", self.sub / "f.txt")
+
+    def file_to_fifo(self) -> None:
+        os.mkfifo(self.sub / ".fifo")
+        os.replace(self.sub / ".fifo", self.sub / "f.txt")
+
+
+SWAPPER = """
+import os, random, sys, time
+from contextlib import suppress
+from pathlib import Path
+
+what, workspace, outside = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+inside_text = sys.argv[4]
+sub, real, link = workspace / "sub", workspace / "sub.real", workspace / "sub.link"
+random.seed(what)
+
+
+def pause():
+    # Each state lasts a random while (up to 0.2 ms), so the swaps fall anywhere.
+    until = time.perf_counter() + random.random() * 2e-4
+    while time.perf_counter() < until:
+        pass
+
+
+if what == "parent":
+    os.rename(sub, real)
+    os.symlink(outside, sub)
+print("swapping", flush=True)
+while True:
+    if what == "parent":
+        if not (real / "f.txt").exists():
+            (real / "f.txt").write_text(inside_text)
+        with suppress(OSError):
+            os.rename(sub, link)  # the symlink aside
+            os.rename(real, sub)  # the real folder in place
+        pause()
+        with suppress(OSError):
+            os.rename(sub, real)  # the real folder aside
+            os.rename(link, sub)  # the symlink in place
+    else:
+        with suppress(OSError):
+            (sub / ".regular").write_text(inside_text)
+            os.replace(sub / ".regular", sub / "f.txt")
+        pause()
+        with suppress(OSError):
+            os.symlink(outside / "f.txt", sub / ".link")
+            os.replace(sub / ".link", sub / "f.txt")
+    pause()
+"""
+
+
+@contextmanager
+def swapping(layout: Layout, what: str) -> Iterator[None]:
+    """Another process that keeps swapping ``sub`` (``parent``) or ``sub/f.txt`` (``file``)
+    for a symbolic link to the outside folder, until the block ends."""
+    argv = [sys.executable, "-c", SWAPPER, what, str(layout.workspace), str(layout.outside)]
+    with subprocess.Popen([*argv, INSIDE], stdout=subprocess.PIPE) as swapper:
+        try:
+            assert swapper.stdout is not None
+            assert swapper.stdout.readline() == b"swapping\n"
+            yield
+        finally:
+            swapper.kill()
+
+
+def _reached_outside(layout: Layout, result: ToolResult | dict[str, Any]) -> bool:
+    return not layout.untouched() or SECRET in repr(result)
+
+
+@pytest.mark.parametrize("what", ["parent", "file"])
+@pytest.mark.parametrize("tool", ["write", "read", "delete"])
+async def test_runtime_file_tools_racing_symlink_swaps_never_reach_outside(
+    tmp_path: Path, tool: str, what: str
+) -> None:
+    layout = Layout(tmp_path, SECRET if tool == "read" else INSIDE)
+    workspace = layout.workspace
+    reached = 0
+    done = 0
+    with swapping(layout, what):
+        for number in range(ITERATIONS):
+            if tool == "write":
+                raw = {"path": "sub/f.txt", "text": f"{number}"}
+                call = plan_write(workspace, "sub/f.txt", f"{number}\n", raw)
+            elif tool == "read":
+                call = plan_read(workspace, "sub/f.txt")
+            else:
+                call = plan_delete(workspace, "sub/f.txt")
+            if call.refusal is not None:
+                continue
+            result = await call.action()
+            done += result.ok
+            reached += _reached_outside(layout, result)
+    assert reached == 0
+    assert layout.untouched()
+    # The race ran both ways: some calls went through, inside the workspace.
+    assert done > 0
+
+
+@pytest.mark.parametrize("what", ["parent", "file"])
+@pytest.mark.parametrize("method", ["fs/write_text_file", "fs/read_text_file"])
+async def test_acp_fs_racing_symlink_swaps_never_reaches_outside(
+    tmp_path: Path, method: str, what: str
+) -> None:
+    layout = Layout(tmp_path, SECRET if method == "fs/read_text_file" else INSIDE)
+    path = str(layout.sub / "f.txt")
+    reached = 0
+    async with connected(read_files=True, write_files=True) as (agent, peer):
+        await initialized(agent, peer)
+        await new_session(agent, peer, layout.workspace)
+        with swapping(layout, what):
+            for number in range(ITERATIONS):
+                params = {"sessionId": "s1", "path": path, "content": f"{number}\n"}
+                reply = await fs_call(peer, method, params, request_id=number)
+                reached += _reached_outside(layout, reply)
+    assert reached == 0
+    assert layout.untouched()
+
+
+# ------------------------------------------------------- a swap at every step
+
+
+class _SwapAtCall:
+    """Stands in for ``os`` in the module: runs ``swap`` just before its ``at``-th system call."""
+
+    CALLS = frozenset({"open", "stat", "fstat", "mkdir", "replace", "unlink", "access", "fchmod"})
+
+    def __init__(self, at: int, swap: Callable[[], None]) -> None:
+        self.at, self.swap, self.count = at, swap, 0
+
+    def __getattr__(self, name: str) -> Any:
+        real = getattr(os, name)
+        if name not in self.CALLS:
+            return real
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.count += 1
+            if self.count == self.at:
+                self.swap()
+            return real(*args, **kwargs)
+
+        return call
+
+
+OPERATIONS: dict[str, Callable[[Path], object]] = {
+    "read": lambda w: _workspace_fs.read_file(w, ("sub", "f.txt"), 1000),
+    "read_head": lambda w: _workspace_fs.read_head(w, ("sub", "f.txt"), 1000),
+    "status": lambda w: _workspace_fs.file_status(w, ("sub", "f.txt")),
+    "write": lambda w: _workspace_fs.replace_file(w, ("sub", "f.txt"), b"new\n"),
+    "edit": lambda w: _workspace_fs.replace_file(
+        w, ("sub", "f.txt"), b"new\n", expected=INSIDE.encode()
+    ),
+    "create": lambda w: _workspace_fs.replace_file(
+        w, ("sub", "new", "g.txt"), b"new\n", make_parents=True
+    ),
+    "delete": lambda w: _workspace_fs.delete_file(w, ("sub", "f.txt")),
+}
+SWAPS = ["parent_to_symlink", "file_to_symlink", "file_to_hard_link", "file_to_fifo"]
+
+
+@pytest.mark.parametrize("swap", SWAPS)
+@pytest.mark.parametrize("operation", sorted(OPERATIONS))
+def test_a_swap_before_any_step_of_a_file_access_never_reaches_outside(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, operation: str, swap: str
+) -> None:
+    # How many steps the access takes when nothing interferes.
+    counting = _SwapAtCall(0, lambda: None)
+    monkeypatch.setattr(_workspace_fs, "os", counting)
+    OPERATIONS[operation](Layout(tmp_path / "count", SECRET).workspace)
+    assert counting.count > 2
+    for at in range(1, counting.count + 1):
+        layout = Layout(tmp_path / str(at), SECRET)
+        swapper = _SwapAtCall(at, getattr(layout, swap))
+        monkeypatch.setattr(_workspace_fs, "os", swapper)
+        try:
+            outcome: object = OPERATIONS[operation](layout.workspace)
+        except Refused as exc:
+            outcome = exc
+        assert swapper.count >= at, "the swap happened"
+        assert layout.untouched(), (at, outcome)
+        assert SECRET.encode() not in repr(outcome).encode(), (at, outcome)
