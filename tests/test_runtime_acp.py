@@ -266,7 +266,10 @@ async def test_initialize_answers_version_1_capabilities_and_who_it_is(tmp_path:
                 "auto-edit",
             ]
             # The tools act in the workspace only: another cwd is refused, not ignored.
-            for cwd in (str(tmp_path), "w"):
+            # A cwd that cannot be resolved (a link loop, a NUL) is refused the same way.
+            (tmp_path / "loop-a").symlink_to(tmp_path / "loop-b")
+            (tmp_path / "loop-b").symlink_to(tmp_path / "loop-a")
+            for cwd in (str(tmp_path), "w", str(tmp_path / "loop-a"), f"{tmp_path}/a\0b"):
                 with pytest.raises(permclient.RequestError) as info:
                     await request("session/new", {"cwd": cwd, "mcpServers": []})
                 assert info.value.code == -32602

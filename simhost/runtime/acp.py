@@ -156,7 +156,13 @@ class AcpMethods:
 
     def _is_workspace(self, cwd: str) -> bool:
         path = Path(cwd)
-        return path.is_absolute() and path.resolve() == self.runtime.config.workspace
+        if not path.is_absolute():
+            return False
+        try:
+            resolved = path.resolve()
+        except (RuntimeError, OSError, ValueError):  # a link loop (RuntimeError before 3.13), a NUL
+            return False
+        return resolved == self.runtime.config.workspace
 
     def _check_cwd(self, cwd: str) -> None:
         """A session's ``cwd`` must be the runtime's workspace (tools act only there)."""
