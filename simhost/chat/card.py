@@ -174,8 +174,7 @@ def _shift_hunk(line: str, old_offset: int, new_offset: int) -> str:
         return line
     old_start, old_count, new_start, new_count = match.groups()
     return (
-        f"@@ -{int(old_start) + old_offset}{old_count} "
-        f"+{int(new_start) + new_offset}{new_count} @@"
+        f"@@ -{int(old_start) + old_offset}{old_count} +{int(new_start) + new_offset}{new_count} @@"
     )
 
 
@@ -214,9 +213,7 @@ def _diff_rows(diff: Diff, rows: _Rows) -> None:
     while head < limit and old_lines[head] == new_lines[head]:
         head += 1
     tail = 0
-    while (
-        tail < limit - head and old_lines[len(old_lines) - 1 - tail] == new_lines[-1 - tail]
-    ):
+    while tail < limit - head and old_lines[len(old_lines) - 1 - tail] == new_lines[-1 - tail]:
         tail += 1
     old_stop, new_stop = len(old_lines) - tail, len(new_lines) - tail
     start = max(0, head - _DIFF_CONTEXT)
@@ -540,16 +537,19 @@ class PermissionCard:
         """
         commands = analysis.command_lines
         details = analysis.details
-        shown = min(len(commands), _COMMAND_HEAD)
-        fixed: list[RenderableType] = [self._head(commands, shown, _LIVE_CHARS)]
-        if warning is not None:
-            fixed.append(warning)
-        fixed.extend(self._options(_LIVE_CHARS))
-        left = budget - len(console.render_lines(Group(*fixed), inner, pad=False))
-        hidden_total = len(commands) - shown + len(details)
-        if hidden_total == 0:
-            return shown, [], None
-        left -= 1  # the summary line, unless everything fits
+        rest: list[RenderableType] = [] if warning is None else [warning]
+        rest.extend(self._options(_LIVE_CHARS))
+        rest_height = len(console.render_lines(Group(*rest), inner, pad=False))
+        # The first lines of the command, or only the first on a very small screen.
+        for shown in (min(len(commands), _COMMAND_HEAD), min(len(commands), 1)):
+            head = self._head(commands, shown, _LIVE_CHARS)
+            left = budget - rest_height - len(console.render_lines(head, inner, pad=False))
+            hidden_total = len(commands) - shown + len(details)
+            if hidden_total == 0:
+                return shown, [], None
+            left -= 1  # the summary line, unless everything fits
+            if left >= 0:
+                break
         command_width = max(1, inner.max_width - 9)  # right of the label column
         while shown < len(commands):
             row = _command_row(shown, commands[shown], _LIVE_CHARS)
