@@ -519,6 +519,7 @@ class PermissionCard:
             subtitle=Text(session_label(self.request.session_id, self.session_title)),
             subtitle_align="right",
             border_style="yellow",
+            expand=False,  # as wide as what it shows: less to draw on each frame
         )
 
     def _fit(

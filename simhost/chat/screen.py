@@ -226,7 +226,8 @@ class LiveScreen:
         left = height - sum(len(lines) for lines in tail)
         card: list[list[Segment]] = []
         if view.card is not None:
-            card = self._render(view.card.fitted(max(1, left)))
+            # A row is kept for the running lines, or for the note that counts them.
+            card = self._render(view.card.fitted(max(1, left - (1 if view.lines else 0))))
             left -= len(card)
         rendered = [self._render(part) for part in view.lines]
         above: list[list[Segment]] = []
