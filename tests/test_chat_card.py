@@ -425,7 +425,7 @@ def test_a_live_card_keeps_its_head_and_options_and_says_what_it_left_out(height
         assert any(line.startswith("> echo 3") for line in body)
     assert [line.split()[0] for line in body if line[:1].isdigit()] == ["1", "2", "3", "4"]
     shown = sum(1 for line in body if line.startswith(("Command  $ echo", "> echo")))
-    assert f"… {80 - shown} more lines: press v to view" in body
+    assert f"… {80 - shown} more lines ({80 - shown} of the command): press v to view" in body
     assert "Press 1-4 to choose" in body
 
 

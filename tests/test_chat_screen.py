@@ -76,7 +76,7 @@ def test_the_session_row_the_options_and_the_marker_are_on_screen_whatever_the_c
     option_rows = [row for row in rows if re.match(r"│ +\d+ ", row)]
     assert [row.split()[1] for row in option_rows] == ["1", "2", "3", "4"]
     assert any("Press 1-4 to choose" in row for row in rows)
-    assert any("more lines: press v to view" in row for row in rows)
+    assert any("of the command): press v to view" in row for row in rows)
     assert rows[-2].startswith("⧗ 1 approval waiting") or rows[-1].startswith("⧗ 1 approval")
     screen.stop()
 

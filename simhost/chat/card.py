@@ -507,7 +507,7 @@ class PermissionCard:
             parts.append(warning)
         parts.extend(_details(rows, chars))
         if summary is not None:
-            parts.append(Text(summary, style="italic yellow"))
+            parts.append(Text(summary, style="bold yellow"))
         parts.extend(self._options(chars))
         title = Text("Permission request", style="bold")
         if self.position is not None and self.position[1] > 1:
@@ -574,7 +574,8 @@ class PermissionCard:
         more = len(commands) - shown + len(details) - len(rows)
         if more == 0:
             return shown, rows, None
-        return shown, rows, f"… {more:,} more lines: press v to view"
+        where = f" ({len(commands) - shown:,} of the command)" if shown < len(commands) else ""
+        return shown, rows, f"… {more:,} more lines{where}: press v to view"
 
 
 def _take(rows: Iterable[tuple[_Run, str]], count: int) -> Iterator[tuple[_Run, str]]:
