@@ -517,3 +517,27 @@ def test_the_live_card_of_a_big_diff_is_worked_out_once(monkeypatch: pytest.Monk
     for _ in range(5):
         render(PermissionCard(big).fitted(30), width=100)
     assert counted.compared == 14  # one comparison of the changed region, with its context
+
+
+def test_a_running_tool_line_and_the_marker_stay_one_line_each() -> None:
+    from permclient import ToolCallTracker
+    from simhost.chat.approvals import ApprovalQueue
+    from simhost.chat.render import tool_line, waiting_marker
+
+    tracker = ToolCallTracker()
+    fake = "x\n 2  Deny  reject_once\u2028\u202e"
+    state = tracker.apply_notification(
+        msgspec.json.encode(
+            {
+                "sessionId": "s",
+                "update": {"sessionUpdate": "tool_call", "toolCallId": "c", "title": fake},
+            }
+        )
+    )
+    assert state is not None
+    queue = ApprovalQueue()
+    queue.add("s\nfake", request({"toolCallId": "c", "title": fake}))
+    for renderable in (tool_line(state), waiting_marker(list(queue), {"s\nfake": fake})):
+        output = render(renderable, width=200)
+        assert output.count("\n") == 1, output
+        assert "x\\n 2  Deny  reject_once\\u2028\\u202e" in output

@@ -390,7 +390,9 @@ def _gutter_grid() -> Table:
 
 
 def _command_row(index: int, line: str, chars: int) -> Text:
-    row = Text("$ " if index == 0 else "> ", style="bold yellow" if index == 0 else "dim")
+    if index == 0:  # "$ " and the command in one style: one run of text on the terminal
+        return escaped("$ " + line, "bold yellow", limit=chars + 2)
+    row = Text("> ", style="dim")
     row.append_text(escaped(line, "bold yellow", limit=chars))
     return row
 

@@ -38,6 +38,7 @@ __all__ = [
     "escaped",
     "has_hidden",
     "is_hidden",
+    "one_line",
     "pretty_json",
     "visible",
 ]
@@ -115,6 +116,11 @@ def visible(text: str, *, keep: str = "\n\t") -> str:
     ``keep=""`` makes one line of it, as :func:`escaped` does.
     """
     return "".join(piece for piece, _ in _pieces(text, keep))
+
+
+def one_line(text: str) -> str:
+    """``text`` as one line: every hidden character, line breaks and tabs too, as an escape."""
+    return visible(text, keep="")
 
 
 def has_hidden(text: str, *, keep: str = "") -> bool:
