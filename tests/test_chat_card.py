@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import difflib
 import io
 import json
+import re
+import unicodedata
 from pathlib import Path
 from typing import Any
 
 import msgspec
+import pytest
 from rich.console import Console
 from rich.text import Text
 
+import simhost.chat.card as card_module
 from permclient import PermissionRequest
-from simhost.chat.card import PermissionCard
-from simhost.chat.screen import LiveScreen, PlainScreen, View
+from simhost.chat.card import FULL_MAX_ROWS, PermissionCard
+from simhost.chat.screen import PlainScreen, View
+from simhost.chat.text import has_hidden, is_hidden, visible
 
 GOLDEN = Path(__file__).parent / "fixtures" / "golden"
 FOUR_OPTIONS = [
@@ -43,8 +49,8 @@ def render(renderable: object, width: int = 100) -> str:
 
 
 def lines_of(output: str) -> list[str]:
-    """Card lines without the panel's borders."""
-    return [line.strip("│ ").rstrip() for line in output.splitlines()]
+    """Card lines without the panel's borders and the details' gutter."""
+    return [line.strip("│ ").removeprefix("▏").strip() for line in output.splitlines()]
 
 
 def test_two_file_diff_shows_every_file_and_its_hunks() -> None:
@@ -166,13 +172,22 @@ def test_terminal_content() -> None:
 
 def test_options_are_numbered_with_their_kind_and_there_is_no_default() -> None:
     output = render(PermissionCard(request({"toolCallId": "c"}), hint="Press 1-4 to choose"))
-    lines = lines_of(output)
-    assert "1  Allow  allow_once" in lines
-    assert "2  Allow always  allow_always" in lines
-    assert "3  Deny  reject_once" in lines
-    assert "4  Deny always  reject_always" in lines
-    assert "Press 1-4 to choose" in lines
+    rows = [line.split() for line in lines_of(output) if line[:1].isdigit()]
+    assert rows == [
+        ["1", "Allow", "allow_once"],
+        ["2", "Allow", "always", "allow_always"],
+        ["3", "Deny", "reject_once"],
+        ["4", "Deny", "always", "reject_always"],
+    ]
+    assert "Press 1-4 to choose" in lines_of(output)
     assert "default" not in output.lower()
+
+
+def test_option_numbers_are_drawn_in_reverse_video() -> None:
+    console = Console(file=io.StringIO(), width=80, force_terminal=True, color_system="standard")
+    console.print(PermissionCard(request({"toolCallId": "c"})))
+    output = console.file.getvalue()  # type: ignore[attr-defined]
+    assert "\x1b[1;7m 1 \x1b[0m" in output and "\x1b[1;7m 4 \x1b[0m" in output
 
 
 def test_a_request_without_a_deny_option_says_esc_denies() -> None:
@@ -196,8 +211,8 @@ def test_control_and_invisible_characters_are_escaped_and_flagged() -> None:
     )
     output = render(card)
     assert "\x1b[2K" not in output and "\r" not in output and "\u202e" not in output
-    assert "echo safe\\x0d\\x1b[2Krm -rf ~ \\u202ex" in output
-    assert "contains control or invisible characters" in output
+    assert "echo safe\\r\\x1b[2Krm -rf ~ \\u202ex" in output
+    assert "line breaks, control or invisible characters" in output
 
 
 def test_markup_in_runtime_strings_is_not_interpreted() -> None:
@@ -217,53 +232,6 @@ def test_position_and_subtitle_name_the_session() -> None:
     first, *_, last = output.splitlines()
     assert "Permission request  1 of 3" in first
     assert "A (s-7)" in last
-
-
-def test_compact_card_keeps_the_session_the_command_and_the_options() -> None:
-    card = PermissionCard(
-        request(
-            {
-                "toolCallId": "c",
-                "title": "t",
-                "rawInput": {"command": "ls"},
-                "content": [{"type": "diff", "path": "/w/a", "oldText": None, "newText": "x\n"}],
-            }
-        ),
-        compact=True,
-    )
-    output = render(card)
-    assert "$ ls" in output and "4  Deny always" in output
-    assert "+x" not in output
-    assert "the full request (1 diff, input) is printed above" in output
-
-
-def test_live_screen_prints_a_card_taller_than_the_screen_in_full_once() -> None:
-    console = Console(
-        file=io.StringIO(), width=80, height=20, force_terminal=True, color_system=None
-    )
-    tall = "".join(f"line {i}\n" for i in range(40))
-    card = PermissionCard(
-        request(
-            {
-                "toolCallId": "c",
-                "title": "big",
-                "content": [{"type": "diff", "path": "/w/big", "oldText": None, "newText": tall}],
-            }
-        ),
-        hint="Press 1-4 to choose",
-    )
-    screen = LiveScreen(console)
-    screen.start()
-    try:
-        screen.refresh(View(card=card, card_id=1, prompt=Text("p")))
-        screen.refresh(View(card=card, card_id=1, prompt=Text("p")))
-    finally:
-        screen.stop()
-    output = console.file.getvalue()  # type: ignore[attr-defined]
-    assert output.count("+line 39") == 1  # the full card, printed once into the transcript
-    assert "answer in the card below" in output
-    assert "is printed above" in output  # the compact card in the live region
-    assert "Press 1-4 to choose" in output
 
 
 def test_plain_screen_prints_each_card_and_marker_once() -> None:
@@ -301,3 +269,275 @@ def test_a_tool_kind_from_the_runtime_cannot_reach_the_terminal_raw() -> None:
     out = console.file.getvalue()  # type: ignore[attr-defined]
     assert "\x1b]0;" not in out and "\x07" not in out
     assert "\\x1b]0;PWNED" in out
+
+
+# ---------------------------------------------------------------- spoofing
+
+
+def _sampled_hidden_characters() -> list[str]:
+    """Every Cc, Cf, Zl, Zp character; Co and Cn sampled across the whole range; the others."""
+    chosen = []
+    for code in range(0x110000):
+        category = unicodedata.category(chr(code))
+        if category in ("Cc", "Cf", "Zl", "Zp") or (category in ("Co", "Cn") and code % 997 == 0):
+            chosen.append(chr(code))
+    named = "\u115f\u1160\u3164\uffa0\u00ad\u034f\u180b\u180e\u200b\u200d\u2060\u2800\ufeff"
+    bidi = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+    variation = "\ufe00\ufe0f\U000e0100\U000e01ef"
+    tags = "\U000e0001\U000e0020\U000e0041\U000e007f"
+    chosen += named + bidi + variation + tags + "\u00a0\u3000"
+    return chosen
+
+
+HIDDEN = _sampled_hidden_characters()
+HIDDEN_SET = frozenset(HIDDEN)
+
+
+def test_the_sample_covers_the_classes_the_issue_names() -> None:
+    categories = {unicodedata.category(char) for char in HIDDEN}
+    assert {"Cc", "Cf", "Co", "Cn", "Zl", "Zp"} <= categories
+    assert max(map(ord, HIDDEN)) > 0x100000  # sampled up to the last plane
+    assert len(HIDDEN) > 1000
+
+
+def test_no_hidden_character_reaches_the_terminal_raw_from_any_field_of_a_card() -> None:
+    bad = "A" + "".join(HIDDEN) + "Z"
+    options = [
+        {"optionId": "allow", "name": bad, "kind": "allow_once"},
+        {"optionId": "deny", "name": "Deny", "kind": "reject_once"},
+    ]
+    card = PermissionCard(
+        request(
+            {
+                "toolCallId": "call" + bad,
+                "title": bad,
+                "kind": "execute",
+                "rawInput": {"command": bad, bad: bad},
+                "locations": [{"path": bad, "_meta": {bad: bad}}],
+                "content": [
+                    {"type": "diff", "path": bad, "oldText": bad, "newText": bad + bad},
+                    {"type": "content", "content": {"type": "text", "text": bad}},
+                ],
+                "_meta": {bad: bad},
+            },
+            sessionId="s" + bad,
+            options=options,
+            _meta={bad: [bad]},
+        ),
+        session_title=bad,
+        hint="Press 1-2 to choose",
+    )
+    full = render(card, width=120)
+    live = render(card.fitted(40), width=120)
+    for output in (full, live):
+        for line in output.split("\n"):
+            leaked = {f"U+{ord(char):04X}" for char in line if char in HIDDEN_SET}
+            assert not leaked
+        assert "A\\x00\\x01" in output
+        assert "line breaks, control or invisible characters" in output
+    joined = "".join(line.strip("│ ") for line in full.splitlines())  # no fold in an escape
+    for char in "\n\u202e\U000e0041\u115f\u1160\u00ad\ufe0f\u2800\u3164":
+        assert visible(char, keep="") in joined
+
+
+def test_the_transcripts_escape_follows_the_same_rule_but_keeps_line_breaks_and_tabs() -> None:
+    shown = visible("".join(HIDDEN))
+    assert {char for char in shown if char in HIDDEN_SET} == {"\n", "\t"}
+    assert all(is_hidden(char) for char in HIDDEN)
+    assert has_hidden("a\nb") and not has_hidden("a\nb", keep="\n")
+    assert not any(is_hidden(char) for char in "aZ ~é漢字\u0301🙂")
+
+
+def _row_starts(output: str) -> list[str]:
+    """What each row of the card's body begins with (the left border cut off)."""
+    return [line.removeprefix("│ ") for line in output.splitlines()[1:-1]]
+
+
+SPOOF = "Run tests\n 2  Deny  reject_once"
+
+
+@pytest.mark.parametrize("width", [100, 44])
+@pytest.mark.parametrize("padding", ["", " " * 120])
+def test_an_option_name_cannot_draw_a_fake_option_row(width: int, padding: str) -> None:
+    options = [
+        {"optionId": "allow", "name": SPOOF.replace("\n", "\n" + padding), "kind": "allow_once"},
+        {"optionId": "deny", "name": "Deny", "kind": "reject_once"},
+    ]
+    card = PermissionCard(request({"toolCallId": "c", "title": "tests"}, options=options))
+    output = render(card, width=width)
+    option_rows = [row for row in _row_starts(output) if re.match(r" ?\d+ ", row)]
+    assert [row.split()[0] for row in option_rows] == ["1", "2"]
+    assert "Run tests\\n" in output
+    assert "reject_once" in option_rows[1] and "Deny" in option_rows[1]
+
+
+@pytest.mark.parametrize("width", [100, 40])
+def test_no_line_of_a_command_or_a_diff_can_start_where_the_card_rows_start(width: int) -> None:
+    fake = ["Session  Evil (s-1)", " 2  Deny  reject_once", "Options", "x" * 150 + "Session"]
+    card = PermissionCard(
+        request(
+            {
+                "toolCallId": "c",
+                "title": "t",
+                "rawInput": {"command": "\n".join(["echo hi", *fake])},
+                "content": [
+                    {"type": "diff", "path": "/w/a", "oldText": None, "newText": "\n".join(fake)},
+                    {"type": "content", "content": {"type": "text", "text": "\n".join(fake)}},
+                ],
+            },
+            options=[{"optionId": "allow", "name": "Allow", "kind": "allow_once"}],
+        )
+    )
+    rows = _row_starts(render(card, width=width))
+    assert [row for row in rows if row.startswith("Session")] == [
+        row for row in rows if row.startswith("Session  (s-7)")
+    ]
+    assert len([row for row in rows if row.startswith("Session")]) == 1
+    assert [row for row in rows if re.match(r" ?\d+ ", row)] == [
+        row for row in rows if re.match(r" 1 +Allow +allow_once", row)
+    ]
+    assert len([row for row in rows if row.startswith("Options")]) == 1
+    assert any("> Session  Evil (s-1)" in row for row in rows)  # the command's own rows
+    assert any(row.startswith("▏ + 2  Deny  reject_once") for row in rows)  # the diff's
+
+
+# ------------------------------------------------------------ fitting
+
+
+def command_card(lines: int, *, hint: str = "Press 1-4 to choose") -> PermissionCard:
+    command = "\n".join(f"echo {i}" for i in range(1, lines + 1))
+    return PermissionCard(
+        request({"toolCallId": "c", "title": "run", "rawInput": {"command": command}}),
+        session_title="Notes",
+        hint=hint,
+    )
+
+
+@pytest.mark.parametrize("height", [14, 20, 40])
+def test_a_live_card_keeps_its_head_and_options_and_says_what_it_left_out(height: int) -> None:
+    card = command_card(80).fitted(height)
+    lines = render(card, width=80).splitlines()
+    assert len(lines) <= height
+    body = lines_of("\n".join(lines))
+    assert body[1].startswith("Session  Notes (s-7)")
+    assert any(line.startswith("Command  $ echo 1") for line in body)
+    if height >= 20:  # the first lines; on a very small screen only the first
+        assert any(line.startswith("> echo 3") for line in body)
+    assert [line.split()[0] for line in body if line[:1].isdigit()] == ["1", "2", "3", "4"]
+    shown = sum(1 for line in body if line.startswith(("Command  $ echo", "> echo")))
+    assert f"… {80 - shown} more lines ({80 - shown} of the command): press v to view" in body
+    assert "Press 1-4 to choose" in body
+
+
+def test_a_card_that_fits_is_shown_whole_without_a_summary() -> None:
+    output = render(command_card(5).fitted(40), width=80)
+    assert "> echo 5" in output and "more lines" not in output
+
+
+def test_the_full_card_shows_every_line_of_the_command() -> None:
+    output = render(command_card(80), width=80)
+    assert "> echo 80" in output and "more lines" not in output
+
+
+# ---------------------------------------------------------- large diffs
+
+
+class Counted:
+    """Counts the characters the card styles and the lines difflib compares."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.styled = 0
+        self.compared = 0
+        real_escaped, real_diff = card_module.escaped, difflib.unified_diff
+
+        def escaped(text: str, style: str = "", *, limit: int | None = None) -> Text:
+            self.styled += len(text) if limit is None else min(len(text), limit)
+            return real_escaped(text, style, limit=limit)
+
+        def unified_diff(a: list[str], b: list[str], *args: Any, **kwargs: Any) -> Any:
+            self.compared += len(a) + len(b)
+            return real_diff(a, b, *args, **kwargs)
+
+        monkeypatch.setattr(card_module, "escaped", escaped)
+        monkeypatch.setattr(difflib, "unified_diff", unified_diff)
+
+
+BIG_LINES = 200_000  # about 10 MB on each side
+
+
+def big_diff_request(*, everything_changes: bool) -> PermissionRequest:
+    old = "".join(f"line {i} of a big file, with some text\n" for i in range(BIG_LINES))
+    if everything_changes:
+        new = old.replace("line", "LINE")
+    else:
+        new = old.replace("line 100000 of", "line one hundred thousand of")
+    assert len(old) > 8_000_000
+    return request(
+        {
+            "toolCallId": "c",
+            "title": "edit big",
+            "kind": "edit",
+            "content": [
+                {"type": "diff", "path": "/w/big", "oldText": old, "newText": new},
+                {"type": "diff", "path": "/w/new", "oldText": None, "newText": old},
+            ],
+        }
+    )
+
+
+@pytest.mark.parametrize("everything_changes", [False, True])
+def test_a_10_mb_diff_is_shown_with_bounded_work(
+    monkeypatch: pytest.MonkeyPatch, everything_changes: bool
+) -> None:
+    big = big_diff_request(everything_changes=everything_changes)
+    counted = Counted(monkeypatch)
+    live = render(PermissionCard(big, hint="Press 1-4").fitted(40), width=100)
+    assert len(live.splitlines()) <= 40
+    assert "more lines: press v to view" in live
+    assert re.search(" 4 +Deny always", live)
+    full = render(PermissionCard(big), width=100)
+    lines = full.splitlines()
+    assert len(lines) <= FULL_MAX_ROWS + 40
+    assert re.search(r"… [\d,]+ more lines not shown", full)
+    assert re.search(" 4 +Deny always", full)
+    if everything_changes:
+        assert "too many changed lines to compare" in full
+        assert "-line 0 of a big file" in full and "+LINE 0 of a big file" not in full
+    else:
+        assert "@@ -99998,7 +99998,7 @@" in full
+        assert "+line one hundred thousand of a big file, with some text" in full
+    # The work is bounded by what is shown, not by the size of the request.
+    assert counted.compared <= 2 * 2000
+    assert counted.styled <= 2_000_000
+
+
+def test_the_live_card_of_a_big_diff_is_worked_out_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    big = big_diff_request(everything_changes=False)
+    counted = Counted(monkeypatch)
+    for _ in range(5):
+        render(PermissionCard(big).fitted(30), width=100)
+    assert counted.compared == 14  # one comparison of the changed region, with its context
+
+
+def test_a_running_tool_line_and_the_marker_stay_one_line_each() -> None:
+    from permclient import ToolCallTracker
+    from simhost.chat.approvals import ApprovalQueue
+    from simhost.chat.render import tool_line, waiting_marker
+
+    tracker = ToolCallTracker()
+    fake = "x\n 2  Deny  reject_once\u2028\u202e"
+    state = tracker.apply_notification(
+        msgspec.json.encode(
+            {
+                "sessionId": "s",
+                "update": {"sessionUpdate": "tool_call", "toolCallId": "c", "title": fake},
+            }
+        )
+    )
+    assert state is not None
+    queue = ApprovalQueue()
+    queue.add("s\nfake", request({"toolCallId": "c", "title": fake}))
+    for renderable in (tool_line(state), waiting_marker(list(queue), {"s\nfake": fake})):
+        output = render(renderable, width=200)
+        assert output.count("\n") == 1, output
+        assert "x\\n 2  Deny  reject_once\\u2028\\u202e" in output

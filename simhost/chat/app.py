@@ -75,6 +75,7 @@ __all__ = ["ChatApp", "ChatOptions", "Job"]
 DEFAULT_ARM_DELAY_S: Final = 0.25
 _MAX_PARTIAL: Final = 4000
 _SLASH: Final = Key("char", "/")
+_VIEW_CARD: Final = Key("char", "v")
 _TOOL_UPDATES: Final = frozenset({"tool_call", "tool_call_update"})
 
 InputMode = Literal["keys", "lines"]
@@ -250,6 +251,9 @@ class ChatApp:
                 self._answer(card, Cancelled(), how="Esc")
             elif key.name == "char" and key.char in "123456789":
                 self._pick(card, int(key.char))
+            elif key == _VIEW_CARD:  # the whole card, into the transcript (card/screen)
+                title = self.titles.get(card.session_id)
+                self.screen.show_card(PermissionCard(card.request, session_title=title))
             return  # Enter and anything else do nothing on a card
         if key.name == "esc":
             return

@@ -175,6 +175,7 @@ async def run_chat(
                     terminal = raw_keyboard(stdin_fd) if keyboard else nullcontext()
                     with terminal, _permclient_logs_to(screen):
                         screen.start()
+                        nursery.start_soon(screen.run)  # batched redraws, resizes
                         try:
                             if keyboard:
                                 nursery.start_soon(read_keys, stdin_fd, send)

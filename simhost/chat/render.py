@@ -1,7 +1,8 @@
 """How the chat shows everything that is not a permission card.
 
 Pure functions from data to Rich renderables; strings from the runtime go
-through :func:`~simhost.chat.text.visible` and are never parsed as markup.
+through :func:`~simhost.chat.text.one_line` (or :func:`~simhost.chat.text.visible`
+where a line break is theirs to make, a history entry) and are never parsed as markup.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from .protocol import (
     SessionHistory,
     SessionSummary,
 )
-from .text import compact_json, visible
+from .text import compact_json, one_line, visible
 
 __all__ = [
     "GLYPHS",
@@ -70,6 +71,7 @@ COMMANDS: Final[Sequence[tuple[str, str]]] = (
 KEYS: Final[Sequence[tuple[str, str]]] = (
     ("1-9", "on a card: choose that option"),
     ("Esc", "on a card: answer cancelled (a denial)"),
+    ("v", "on a card: print all of it (a long card shows its head and options)"),
     ("Enter", "on a card: does nothing (there is no default option)"),
     ("Ctrl-C", "cancel the turn (its open cards are answered cancelled); at the prompt: quit"),
     ("Ctrl-U", "clear the line"),
@@ -84,11 +86,11 @@ def decision_note(meta: Mapping[str, Any]) -> str | None:
         return None
     verb = "allowed" if decision == "allow" else "denied" if decision == "deny" else None
     if decided_by == "grant":
-        return f"standing grant applied ({verb or visible(str(decision))})"
+        return f"standing grant applied ({verb or one_line(str(decision))})"
     if decided_by == "timeout":
         return "denied: the question timed out and was withdrawn"
-    who = _BY.get(decided_by, f"by {visible(decided_by)}")
-    return f"{verb or visible(str(decision))} {who}"
+    who = _BY.get(decided_by, f"by {one_line(decided_by)}")
+    return f"{verb or one_line(str(decision))} {who}"
 
 
 def tool_line(
@@ -98,9 +100,9 @@ def tool_line(
     status = state.status
     line = Text(prefix)
     line.append(GLYPHS.get(status, "?") + " ", style=_GLYPH_STYLES.get(status, ""))
-    line.append(visible(state.title or state.tool_call_id), style="bold")
+    line.append(one_line(state.title or state.tool_call_id), style="bold")
     if state.kind:
-        line.append(f"  [{visible(state.kind)}]", style="magenta")
+        line.append(f"  [{one_line(state.kind)}]", style="magenta")
     line.append(f"  {status.replace('_', ' ')}", style=_GLYPH_STYLES.get(status, ""))
     note = decision_note(meta) if meta else None
     if note:
@@ -129,7 +131,7 @@ def _output_summary(raw_output: Any) -> str | None:
     first = text.strip().splitlines()[0] if text.strip() else ""
     if len(first) > 100:
         first = first[:99] + "…"
-    return visible(first) or None
+    return one_line(first) or None
 
 
 def sessions_table(
@@ -152,10 +154,10 @@ def sessions_table(
         marker = "▶ " if sid == current else "  "
         count = waiting.get(sid, 0)
         table.add_row(
-            Text(marker + visible(sid), style="bold" if sid == current else ""),
-            Text(visible(row.title or "")),
+            Text(marker + one_line(sid), style="bold" if sid == current else ""),
+            Text(one_line(row.title or "")),
             Text("●", style="green") if row.is_active else Text("·", style="dim"),
-            Text(visible(row.updated_at or ""), style="dim"),
+            Text(one_line(row.updated_at or ""), style="dim"),
             Text(running.get(sid, ""), style="cyan"),
             Text(f"⧗ {count}", style="bold yellow") if count else Text(""),
         )
@@ -169,7 +171,7 @@ def _history_line(entry: HistoryEntry) -> Text:
         glyph = GLYPHS.get(entry.status or "", "•")
         line = Text(f"tool  {glyph} ", style=_GLYPH_STYLES.get(entry.status or "", "magenta"))
     else:
-        line = Text(f"{visible(entry.role)[:5]:<6}", style="bold")
+        line = Text(f"{one_line(entry.role)[:5]:<6}", style="bold")
     line.append(visible(entry.text))
     return line
 
@@ -191,7 +193,7 @@ def history_view(history: SessionHistory, *, peek: bool, limit: int = 40) -> Pan
         Group(*parts),
         title=title,
         title_align="left",
-        subtitle=Text(f"{active} · updated {visible(history.updated_at or '?')}", style="dim"),
+        subtitle=Text(f"{active} · updated {one_line(history.updated_at or '?')}", style="dim"),
         subtitle_align="right",
         border_style="blue" if peek else "green",
     )
@@ -210,15 +212,15 @@ def permissions_view(session_id: str, title: str | None, result: PermissionsResu
         chosen = preset.preset_id == result.preset_id
         marker = "▶ " if chosen else "  "
         table.add_row(
-            Text(marker + visible(preset.preset_id), style="bold" if chosen else ""),
-            Text(visible(preset.description)),
+            Text(marker + one_line(preset.preset_id), style="bold" if chosen else ""),
+            Text(one_line(preset.description)),
         )
     if not result.presets:
-        table.add_row(Text("▶ " + visible(result.preset_id), style="bold"), Text(""))
+        table.add_row(Text("▶ " + one_line(result.preset_id), style="bold"), Text(""))
     for grant in result.grants:
         table.add_row(
-            Text(f"  grant: {visible(grant.tool)}", style="yellow"),
-            Text(f"always {visible(grant.decision)}", style="yellow"),
+            Text(f"  grant: {one_line(grant.tool)}", style="yellow"),
+            Text(f"always {one_line(grant.decision)}", style="yellow"),
         )
     return table
 
@@ -241,16 +243,16 @@ def banner(init: InitializeResult, *, pid: int | None, role: str = "runtime") ->
     info = init.runtime_info
     text = Text("simhost chat", style="bold")
     text.append(f" · {role} ")
-    text.append(visible(f"{info.name} {info.version}".strip() if info else "?"), style="bold")
+    text.append(one_line(f"{info.name} {info.version}".strip() if info else "?"), style="bold")
     if pid is not None:
         text.append(f" (pid {pid})", style="dim")
     if init.workspace:
         text.append(" · workspace ")
-        text.append(visible(init.workspace), style="bold")
+        text.append(one_line(init.workspace), style="bold")
     if init.policy is not None:
         policy = init.policy if isinstance(init.policy, str) else compact_json(init.policy)
         text.append(" · policy ")
-        text.append(visible(policy), style="bold")
+        text.append(one_line(policy), style="bold")
     text.append("\n/help lists the commands; answer cards with their number keys.", style="dim")
     return text
 
@@ -264,8 +266,8 @@ def waiting_marker(
     shown = []
     for approval in waiting[:3]:
         title = titles.get(approval.session_id)
-        who = visible(approval.session_id) + (f" '{visible(title)}'" if title else "")
-        shown.append(f"{who} {visible(approval.tool_title)}")
+        who = one_line(approval.session_id) + (f" '{one_line(title)}'" if title else "")
+        shown.append(f"{who} {one_line(approval.tool_title)}")
     text.append(", ".join(shown) + (" …" if count > 3 else ""), style="yellow")
     if note:
         text.append(f"  ({note})", style="dim")

@@ -6,28 +6,41 @@ away. The live part (running tool calls, the current partial line of agent
 text, the permission card, the waiting marker, the prompt) changes in place.
 
 :class:`LiveScreen` keeps the live part in a Rich ``Live`` region at the
-bottom of a terminal and prints the transcript above it. A card taller than
-the screen is printed in full into the transcript once, and the live region
-keeps a compact card (session, tool, command, options) so the options always
-stay on screen. :class:`PlainScreen` is for a pipe or a file: it prints the
-transcript and prints each card once, when it comes up, and the waiting marker
-when it changes.
+bottom of a terminal and prints the transcript above it. The region always
+fits the terminal: the card is a live card budgeted to the rows left by the
+marker and the prompt (its head and options always show; ``v`` prints the
+full card into the transcript), and running tool lines give way to the card.
+While :meth:`LiveScreen.run` runs, changes are drawn at most once a frame
+(a new card or a card taken away at once), each frame in one write wrapped in
+a synchronized update (``ESC[?2026h`` … ``ESC[?2026l``: a terminal that knows
+it shows the frame whole, others ignore it), and a terminal resize
+(``SIGWINCH``) redraws. :class:`PlainScreen` is for a pipe or a file: it
+prints the transcript and prints each full card once, when it comes up, and
+the waiting marker when it changes.
 """
 
 from __future__ import annotations
 
+import signal
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
-from rich.console import Console, Group, RenderableType
+import trio
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.control import Control
 from rich.live import Live
+from rich.segment import Segment
 from rich.text import Text
 
 from .card import PermissionCard
 
-__all__ = ["LiveScreen", "PlainScreen", "Screen", "View"]
+__all__ = ["FRAME_S", "LiveScreen", "PlainScreen", "Screen", "View"]
 
+FRAME_S: Final = 1 / 30
+"""The shortest time between two redraws of the live region."""
 _SPARE_LINES: Final = 1
+_SYNC_BEGIN: Final = "\x1b[?2026h"
+_SYNC_END: Final = "\x1b[?2026l"
 
 
 @dataclass
@@ -54,17 +67,42 @@ class Screen(Protocol):
     def refresh(self, view: View) -> None:
         """Show the live part as ``view`` says."""
 
+    def show_card(self, card: PermissionCard) -> None:
+        """Print ``card`` in full (as far as it is shown at all) into the transcript."""
+
     def start(self) -> None:
         """Begin showing the live part."""
 
     def stop(self) -> None:
         """Stop showing it (the terminal is left clean)."""
 
+    async def run(self) -> None:
+        """Keep the screen up to date until cancelled (batched redraws, resizes)."""
+
+
+class _Sequence(Control):
+    """A raw escape sequence Rich has no control type for."""
+
+    def __init__(self, sequence: str) -> None:
+        self.segment = Segment(sequence, None, [])
+
+
+class _Rendered:
+    """Lines rendered once (to measure them), shown as they are."""
+
+    def __init__(self, lines: list[list[Segment]]) -> None:
+        self.lines = lines
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        for line in self.lines:
+            yield from line
+            yield Segment.line()
+
 
 class LiveScreen:
     """A terminal: the live part is redrawn in place under the transcript."""
 
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: Console, *, frame_s: float = FRAME_S) -> None:
         self.console = console
         self._live = Live(
             Text(""),
@@ -75,9 +113,18 @@ class LiveScreen:
             redirect_stderr=False,
             vertical_overflow="visible",
         )
+        self._frame_s = frame_s
+        self._synchronized = console.is_terminal and not console.is_dumb_terminal
         self._started = False
-        self._printed_in_full: set[int] = set()
-        self._card_heights: dict[tuple[int | None, int, str], int] = {}
+        self._running = False
+        self._view = View()
+        self._shown_card_id: int | None = None
+        self._transcript: list[RenderableType] = []
+        self._region: RenderableType = Text("")
+        self._dirty = False
+        self._wanted = trio.Event()
+        self.frames = 0
+        """How many times the live region was drawn (tests count work with it)."""
 
     @property
     def live(self) -> bool:
@@ -90,55 +137,119 @@ class LiveScreen:
 
     def stop(self) -> None:
         if self._started:
+            self._draw()  # the transcript still held back
             self._started = False
             self._live.update(Text(""), refresh=True)
             self._live.stop()
 
     def print(self, *renderables: RenderableType) -> None:
-        self.console.print(*renderables)
+        if not self._started:
+            self.console.print(*renderables)
+            return
+        self._transcript.extend(renderables)
+        self._want_draw()
 
-    def _height(self, renderable: RenderableType) -> int:
-        return len(self.console.render_lines(renderable, self.console.options, pad=False))
+    def show_card(self, card: PermissionCard) -> None:
+        self.print(card.fitted(None))
 
     def refresh(self, view: View) -> None:
         if not self._started:
             return
-        parts: list[RenderableType] = list(view.lines)
-        tail = [part for part in (view.marker, view.prompt) if part is not None]
-        card = view.card
-        if card is not None:
-            budget = self.console.size.height - _SPARE_LINES
-            budget -= sum(self._height(part) for part in (*parts, *tail))
-            hint = card.hint.plain if isinstance(card.hint, Text) else str(card.hint)
-            key = (view.card_id, self.console.width, hint)
-            height = self._card_heights.get(key)
-            if height is None:  # a big diff is costly to measure: once per card and width
-                if len(self._card_heights) > 256:
-                    self._card_heights.clear()
-                height = self._card_heights[key] = self._height(card)
-            if height > budget:
-                if view.card_id is not None and view.card_id not in self._printed_in_full:
-                    self._printed_in_full.add(view.card_id)
-                    full = PermissionCard(
-                        card.request,
-                        session_title=card.session_title,
-                        hint=Text("answer in the card below", style="italic"),
-                    )
-                    self.console.print(full)
-                card = PermissionCard(
-                    card.request,
-                    session_title=card.session_title,
-                    position=card.position,
-                    hint=card.hint,
-                    compact=True,
-                )
-            parts.append(card)
-        parts.extend(tail)
-        self._live.update(Group(*parts), refresh=True)
+        self._view = view
+        self._dirty = True
+        if view.card_id != self._shown_card_id:
+            self._draw()  # a card comes or goes at once: keys are routed by what is shown
+        else:
+            self._want_draw()
+
+    async def run(self) -> None:
+        """Draw what changed at most once a frame; redraw when the terminal is resized."""
+        self._running = True
+        try:
+            async with trio.open_nursery() as nursery:
+                if hasattr(signal, "SIGWINCH"):
+                    nursery.start_soon(self._redraw_on_resize)
+                while True:
+                    await self._wanted.wait()
+                    self._wanted = trio.Event()
+                    self._draw()
+                    await trio.sleep(self._frame_s)
+        finally:
+            self._running = False
+
+    async def _redraw_on_resize(self) -> None:
+        with trio.open_signal_receiver(signal.SIGWINCH) as resizes:
+            async for _ in resizes:
+                self._dirty = True
+                self._wanted.set()
+
+    def _want_draw(self) -> None:
+        if self._running:
+            self._wanted.set()
+        else:
+            self._draw()
+
+    def _draw(self) -> None:
+        """One frame: the transcript held back, then the live region, in one write."""
+        if not self._started or not (self._dirty or self._transcript):
+            return
+        if self._dirty:
+            self._region = self._compose(self._view)
+            self._shown_card_id = self._view.card_id
+            self._dirty = False
+        transcript, self._transcript = self._transcript, []
+        self.frames += 1
+        with self.console:  # one write for the whole frame
+            if self._synchronized:
+                self.console.control(_Sequence(_SYNC_BEGIN))
+            if transcript:
+                # Printing under a Live region redraws the region it last drew: take
+                # that away first, so the region is drawn once, new, under the lines.
+                self._live.update(Text(""), refresh=True)
+                self.console.print(Group(*transcript))
+            self._live.update(self._region, refresh=True)
+            if self._synchronized:
+                self.console.control(_Sequence(_SYNC_END))
+
+    def _render(self, renderable: RenderableType) -> list[list[Segment]]:
+        return self.console.render_lines(renderable, self.console.options, pad=False)
+
+    def _compose(self, view: View) -> RenderableType:
+        """The live region, at most as tall as the terminal; the card comes first.
+
+        The marker and the prompt stay; the card gets the rows left (it always
+        keeps its head and options); running tool lines and streamed text get
+        what the card leaves, the newest kept.
+        """
+        height = self.console.size.height - _SPARE_LINES
+        tail = [self._render(part) for part in (view.marker, view.prompt) if part is not None]
+        left = height - sum(len(lines) for lines in tail)
+        card: list[list[Segment]] = []
+        if view.card is not None:
+            # A row is kept for the running lines, or for the note that counts them.
+            card = self._render(view.card.fitted(max(1, left - (1 if view.lines else 0))))
+            left -= len(card)
+        rendered = [self._render(part) for part in view.lines]
+        above: list[list[Segment]] = []
+        if sum(len(lines) for lines in rendered) <= left:
+            above = [line for lines in rendered for line in lines]
+        else:
+            left -= 1  # the note that says how many were left out
+            kept = 0
+            for lines in reversed(rendered):
+                if len(lines) > left:
+                    break
+                left -= len(lines)
+                above[:0] = lines
+                kept += 1
+            if left >= 0:
+                note = Text(f"… {len(rendered) - kept} more running or streaming", style="dim")
+                above[:0] = self._render(note)
+        return _Rendered([*above, *card, *(line for lines in tail for line in lines)])
 
 
 class PlainScreen:
-    """Not a terminal: transcript lines; each card and marker printed once as it comes up."""
+    """Not a terminal: transcript lines; each card (in full) and marker printed once."""
 
     def __init__(self, console: Console) -> None:
         self.console = console
@@ -155,15 +266,21 @@ class PlainScreen:
     def stop(self) -> None:
         pass
 
+    async def run(self) -> None:
+        pass
+
     def print(self, *renderables: RenderableType) -> None:
         self.console.print(*renderables)
+
+    def show_card(self, card: PermissionCard) -> None:
+        self.console.print(card.fitted(None))
 
     def refresh(self, view: View) -> None:
         if view.card is None:
             self._card_id = None
         elif view.card_id != self._card_id:
             self._card_id = view.card_id
-            self.console.print(view.card)
+            self.console.print(view.card.fitted(None))
         marker = view.marker.plain if view.marker is not None else None
         if marker != self._marker:
             self._marker = marker

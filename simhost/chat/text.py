@@ -2,40 +2,137 @@
 
 Everything the chat shows comes from the runtime: a command, a path, a diff,
 a session title. None of it may drive the terminal (an ESC sequence could move
-the cursor and paint over the command you are about to approve) or hide in
-plain sight (a bidi override or a zero-width character can make a command read
-differently than it runs). :func:`visible` escapes such characters so they show
-as ``\\x1b``, ``\\u202e``...; newlines and tabs are kept. Rich markup is never
-parsed from these strings: the chat builds :class:`rich.text.Text` objects.
+the cursor and paint over the command you are about to approve), break a line
+where the chat did not mean one (a newline in an option's name could draw a
+fake option row), or hide in plain sight (a bidi override, a zero-width or
+tag character, a Hangul filler can make a command read differently than it
+runs).
+
+One rule decides what is *hidden*: every character that is not printable
+(Unicode categories Cc, Cf, Cs, Co, Cn, Zl, Zp and Zs but the ASCII space;
+Python's :meth:`str.isprintable`) and every other default-ignorable code point
+(combining grapheme joiner, Hangul fillers, variation selectors, Mongolian
+free variation selectors, the Khmer inherent vowels, the braille blank). A
+hidden character is shown as an escape: ``\\n``, ``\\t``, ``\\r``, ``\\x1b``,
+``\\u202e``, ``\\U000e0041``.
+
+:func:`escaped` is the one function a card puts every runtime string through:
+one line, nothing kept, escapes in their own style, and at most ``limit``
+characters. :func:`visible` is its plain-string twin for the transcript, which
+keeps ``\\n`` and ``\\t``. Rich markup is never parsed from these strings: the
+chat builds :class:`rich.text.Text` objects.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from typing import Any, Final
 
-__all__ = ["compact_json", "has_hidden", "pretty_json", "visible"]
+from rich.text import Text
 
-# C0 controls but \t and \n, DEL and C1 controls, zero-width and bidi controls, BOM.
-_HIDDEN: Final = re.compile(
-    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u2069\ufeff]"
+__all__ = [
+    "ESCAPE_STYLE",
+    "compact_json",
+    "escaped",
+    "has_hidden",
+    "is_hidden",
+    "one_line",
+    "pretty_json",
+    "visible",
+]
+
+ESCAPE_STYLE: Final = "bold reverse magenta"
+"""How an escape is drawn on a card: never the style of text the runtime sent."""
+
+# Default_Ignorable_Code_Point (Unicode's DerivedCoreProperties) that Python
+# counts as printable, and the braille blank, which draws nothing either.
+_IGNORABLE_PRINTABLE: Final = (
+    "\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180d\u180f\u2800\u3164\ufe00-\ufe0f\uffa0"
+    "\U000e0100-\U000e01ef"
 )
+_IGNORABLE: Final = re.compile(f"[{_IGNORABLE_PRINTABLE}]")
+# Anything but printable ASCII is a candidate; ``is_hidden`` decides.
+_CANDIDATE: Final = re.compile("[^ -~]")
+_NAMED: Final = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
+_MORE_STYLE: Final = "dim italic"
 
 
-def _escape(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+def is_hidden(char: str) -> bool:
+    """True if the one character ``char`` is shown as an escape."""
+    return not char.isprintable() or _IGNORABLE.match(char) is not None
 
 
-def visible(text: str) -> str:
-    """``text`` with control, zero-width and bidi characters written as escapes."""
-    return _HIDDEN.sub(_escape, text)
+def _code(char: str) -> str:
+    named = _NAMED.get(char)
+    if named is not None:
+        return named
+    code = ord(char)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    return f"\\U{code:08x}"
 
 
-def has_hidden(text: str) -> bool:
-    """True if :func:`visible` would change ``text``."""
-    return _HIDDEN.search(text) is not None
+def _pieces(text: str, keep: str) -> Iterator[tuple[str, bool]]:
+    """``text`` cut into runs of shown characters and escapes (``True``)."""
+    start = 0
+    for match in _CANDIDATE.finditer(text):
+        char = match.group()
+        if char in keep or not is_hidden(char):
+            continue
+        if match.start() > start:
+            yield text[start : match.start()], False
+        yield _code(char), True
+        start = match.end()
+    if start < len(text):
+        yield text[start:], False
+
+
+def escaped(text: str, style: str = "", *, limit: int | None = None) -> Text:
+    """``text`` as one line of :class:`~rich.text.Text`: every hidden character escaped.
+
+    Line breaks, tabs, controls and invisible characters become escapes drawn in
+    :data:`ESCAPE_STYLE`; the rest is in ``style``. With ``limit``, at most
+    that many characters of ``text`` are shown, then ``… N more characters``.
+    """
+    cut = text if limit is None or len(text) <= limit else text[:limit]
+    line = Text(style=style, end="")
+    for piece, is_escape in _pieces(cut, ""):
+        if is_escape:
+            line.append(piece, style=ESCAPE_STYLE)
+        else:
+            line.append(piece)
+    if len(cut) < len(text):
+        line.append(f" … {len(text) - len(cut):,} more characters", style=_MORE_STYLE)
+    return line
+
+
+def visible(text: str, *, keep: str = "\n\t") -> str:
+    """``text`` with every hidden character but those in ``keep`` written as an escape.
+
+    ``keep=""`` makes one line of it, as :func:`escaped` does.
+    """
+    return "".join(piece for piece, _ in _pieces(text, keep))
+
+
+def one_line(text: str) -> str:
+    """``text`` as one line: every hidden character, line breaks and tabs too, as an escape."""
+    return visible(text, keep="")
+
+
+def has_hidden(text: str, *, keep: str = "") -> bool:
+    """True if ``text`` has a hidden character other than those in ``keep``.
+
+    Runs at C speed on long strings (a whole diff is checked, not only what is shown).
+    """
+    for char in keep:
+        text = text.replace(char, "")
+    if not text.isprintable():
+        return True
+    return not text.isascii() and _IGNORABLE.search(text) is not None
 
 
 def pretty_json(value: Any) -> str:
