@@ -380,7 +380,9 @@ async def running_chat(
         async with permclient.open_client(
             ours, dialect="bridge", telemetry=permclient.JsonlTelemetry(telemetry_file)
         ) as client:
-            app = ChatApp(client, screen(console), options or ChatOptions(arm_delay=0))
+            # No arming delay nor repeat guard unless a test asks: keys come in at once.
+            options = options or ChatOptions(arm_delay=0, repeat_guard=0)
+            app = ChatApp(client, screen(console), options)
             harness = Harness(app, runtime, send, output, telemetry_file, trio.Event())
 
             async def run() -> None:
