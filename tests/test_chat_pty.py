@@ -393,3 +393,23 @@ def test_ctrl_c_clears_a_typed_line_and_quitting_asks_while_a_turn_runs(chat_in:
     assert [e["by"] for e in chat.events("approval.cancelled")] == ["turn"]
     assert chat.events("approval.responded") == []
     assert not (chat.workspace / "q.txt").exists()
+
+
+def test_the_runtime_s_messages_are_lines_of_their_own(chat_in: Any) -> None:
+    """Each message ends its line: none is glued to the next (``…question)burst 2: …``)."""
+    chat: Chat = chat_in()
+    chat.say("burst 2")
+    chat.expect(ARMED)
+    chat.child.send("\x1b")
+    chat.expect(r"cancelled \(Esc\)")
+    chat.expect(ARMED)
+    chat.child.send("1")
+    chat.expect("burst 2: 1 completed, 1 denied, 0 failed")
+    chat.expect("turn ended")
+    chat.expect_prompt()
+    lines = chat.plain_transcript().replace("\r", "\n").splitlines()
+    messages = [line.strip() for line in lines if "burst 2: " in line or "created burst" in line]
+    assert "burst 2: 1 completed, 1 denied, 0 failed" in messages
+    assert {"created burst-1.txt (8 bytes)", "created burst-2.txt (8 bytes)"} & set(messages)
+    assert any(line.startswith("denied: fs.write: burst-") for line in map(str.strip, lines))
+    chat.quit()

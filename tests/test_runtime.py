@@ -327,7 +327,7 @@ async def test_cancelling_chat_send_withdraws_its_open_questions(tmp_path: Path)
             assert editor.client.pending_permissions(session) == 0
             # permclient answers the cancelled chatSend at once; the runtime's cleanup follows.
             await editor.wait_for(
-                lambda: "cancelled: the turn was cancelled" in editor.texts(session)
+                lambda: "cancelled: the turn was cancelled\n" in editor.texts(session)
             )
             # The runtime is still healthy and the cancelled calls ended failed.
             await editor.send(session, "hello")
@@ -359,7 +359,7 @@ async def test_cancelling_a_turn_kills_its_running_shell_command(tmp_path: Path)
                     )
                     nursery.cancel_scope.cancel()
             await editor.wait_for(
-                lambda: "cancelled: the turn was cancelled" in editor.texts(session)
+                lambda: "cancelled: the turn was cancelled\n" in editor.texts(session)
             )
             with pytest.raises(ProcessLookupError):
                 os.kill(pid, 0)
@@ -621,8 +621,8 @@ async def test_burst_50_in_two_sessions_at_once_routes_every_question_to_its_ses
     allowed, denied = sessions
     assert all(statuses(events)[-1] == "completed" for events in editor.calls(allowed).values())
     assert all(statuses(events)[-1] == "failed" for events in editor.calls(denied).values())
-    assert editor.texts(allowed)[-1] == "burst 50: 50 completed, 0 denied, 0 failed"
-    assert editor.texts(denied)[-1] == "burst 50: 0 completed, 50 denied, 0 failed"
+    assert editor.texts(allowed)[-1] == "burst 50: 50 completed, 0 denied, 0 failed\n"
+    assert editor.texts(denied)[-1] == "burst 50: 0 completed, 50 denied, 0 failed\n"
     assert sorted(p.name for p in editor.workspace.iterdir()) == sorted(
         f"burst-{k}.txt" for k in range(1, 51)
     )

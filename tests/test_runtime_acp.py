@@ -422,7 +422,7 @@ async def test_session_cancel_answers_the_pending_card_cancelled_and_the_turn_ca
             events = editor.calls(session)[call_id]
             assert statuses(events) == ["pending", "failed"]
             assert events[-1]["content"][0]["content"]["text"] == "the turn was cancelled"
-            assert editor.texts(session)[-1] == "cancelled: the turn was cancelled"
+            assert editor.texts(session)[-1] == "cancelled: the turn was cancelled\n"
             # The runtime is still healthy; nothing ran.
             assert await editor.prompt(session, "hello") == "end_turn"
             assert list(editor.workspace.iterdir()) == []

@@ -302,7 +302,7 @@ def _replayed(entry: HistoryEntry) -> ReplayedUpdate | None:
     if entry.role == "user":
         return UserMessageChunk(TextBlock(entry.text))
     if entry.role == "agent":
-        return AgentMessageChunk(TextBlock(entry.text))
+        return AgentMessageChunk(TextBlock(entry.text + "\n"))  # as it was sent
     if entry.tool_call_id is None or entry.status is None:
         return None
     return ToolCallReplay(entry.tool_call_id, entry.text, entry.status)

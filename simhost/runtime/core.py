@@ -209,9 +209,9 @@ class Turn:
             await self._send(update)
 
     async def say(self, text: str) -> None:
-        """Send agent text and record it in the history."""
+        """Send agent text (a line of its own) and record it in the history."""
         self.session.add_history(HistoryEntry("agent", text))
-        await self._send(AgentMessageChunk(TextBlock(text)))
+        await self._send(AgentMessageChunk(TextBlock(text + "\n")))
 
     async def stopped(self, *, cancelled: bool) -> None:
         """The turn stopped early: fail its open tool calls and say so. Call it shielded."""
@@ -223,7 +223,7 @@ class Turn:
             )
         text = "cancelled: the turn was cancelled" if cancelled else "error: the turn failed"
         self.session.add_history(HistoryEntry("agent", text))
-        await self._send_quietly(AgentMessageChunk(TextBlock(text)))
+        await self._send_quietly(AgentMessageChunk(TextBlock(text + "\n")))
 
     def _close(self, tool_call_id: str, entry: HistoryEntry, status: ToolStatus, note: str) -> None:
         entry.status = status
