@@ -20,7 +20,7 @@ Concurrency model:
   Whatever cancels the handler's scope (the runtime withdrawing the question,
   the turn being cancelled, the connection closing) takes the card away at once
   and prints why; the next key goes to whatever is on screen then.
-* A card takes a key (1-9, Esc) only when the person can see it asks: the
+* A card takes a key (a digit, Esc) only when the person can see it asks: the
   prompt line is empty, and the card has been on screen for ``arm_delay``
   (half a second; trio's clock) before the key was read. Every other key goes
   to the prompt line, where it shows: a line being typed when a card opens
