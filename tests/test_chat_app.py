@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 import trio
@@ -36,6 +37,36 @@ async def test_a_prompt_streams_the_agent_text() -> None:
         assert "\nHello, world\n" in chat.text
         # A partial line is flushed when the turn ends, before the end marker.
         assert chat.text.index("bye") < chat.text.index("turn ended: end_turn")
+
+
+def _transcript_line_at(text: str, line: str) -> int:
+    """Where ``line`` was printed as a finished line (not as the live ``▍`` partial)."""
+    match = re.search(re.escape(line) + r"[ \t]*\n", text)
+    assert match is not None, line
+    return match.start()
+
+
+async def test_text_streamed_before_a_tool_call_is_printed_above_its_card() -> None:
+    async with running_chat(screen=LiveScreen) as chat:
+        chat.app.screen.start()
+        await chat.type_line("say Let me write;ask a.txt;say done")
+        await chat.press("1")
+        assert _transcript_line_at(chat.text, "Let me write") < chat.text.index("→ Allow")
+        # The text after the tool call is a line of its own, not glued to the one before.
+        assert "Let me writewrote" not in chat.text and "a.txtdone" not in chat.text
+        after_wrote = chat.text[_transcript_line_at(chat.text, "wrote a.txt") :]
+        assert re.search(r"(?:\n|\x1b\[2K)done[ \t]*\n", after_wrote)  # a line of its own
+        chat.app.screen.stop()
+
+
+async def test_text_streamed_before_an_unannounced_question_is_printed_above_its_card() -> None:
+    async with running_chat() as chat:
+        await chat.type_line("say Before the question;unannounced b.txt")
+        assert _transcript_line_at(chat.text, "Before the question") < chat.text.index(
+            "Permission request"
+        )
+        await chat.press("3")
+        assert chat.text.count("\nBefore the question\n") == 1  # printed once, not again
 
 
 async def test_deny_with_a_number_key_and_enter_does_nothing() -> None:
@@ -253,29 +284,236 @@ async def test_ctrl_c_on_a_background_card_cancels_that_turn() -> None:
         assert chat.app.mode == "prompt"
 
 
-async def test_a_new_card_ignores_keys_for_a_moment(autojump_clock: trio.abc.Clock) -> None:
-    async with running_chat(options=ChatOptions(arm_delay=0.25)) as chat:
+async def test_keys_before_a_card_was_up_half_a_second_go_to_the_line(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    async with running_chat(options=ChatOptions(), screen=LiveScreen) as chat:
+        chat.app.screen.start()
         await chat.type_line("ask a.txt")
         assert chat.app.mode == "card"
-        await chat.press("3", ESC)
-        assert chat.runtime.answers == []
-        assert "keys are held back for a moment" in chat.text
-        await trio.sleep(0.3)
+        await chat.press(ESC)  # Esc too: nothing is answered before the card could be read
+        await trio.sleep(0.49)
         await chat.press("3")
+        assert chat.runtime.answers == []
+        assert chat.app.editor.text == "3"  # on the line, where it shows
+        assert "read the card: keys go to the prompt line for now" in chat.text
+        await trio.sleep(1)
+        await chat.press("3")  # the line has text: the card waits for it to be cleared
+        assert chat.runtime.answers == [] and chat.app.editor.text == "33"
+        assert "Your prompt line has text: clear it (Ctrl-U) to answer this card." in chat.text
+        await chat.press(Key("ctrl_u"), "3")
         assert answers_of(chat.runtime) == [("s-1", "selected", "deny")]
+        assert chat.app.editor.text == ""
+        chat.app.screen.stop()
 
 
 async def test_a_key_read_before_the_card_was_armed_never_answers_it(
     autojump_clock: trio.abc.Clock,
 ) -> None:
-    async with running_chat(options=ChatOptions(arm_delay=0.25)) as chat:
+    async with running_chat(options=ChatOptions()) as chat:
         await chat.type_line("ask a.txt")
         typed_early = trio.current_time()  # e.g. read while a big card was being drawn
-        await trio.sleep(0.3)
+        await trio.sleep(0.6)
         await chat.press(Key("char", "1", at=typed_early))
-        assert chat.runtime.answers == []
-        await chat.press(Key("char", "3", at=trio.current_time()))
+        assert chat.runtime.answers == [] and chat.app.editor.text == "1"
+        await chat.press(Key("ctrl_u"), Key("char", "3", at=trio.current_time()))
         assert answers_of(chat.runtime) == [("s-1", "selected", "deny")]
+
+
+@pytest.mark.parametrize("card_up_for", [0.0, 0.3, 5.0])
+@pytest.mark.parametrize("background", [False, True])
+async def test_typing_see_file_2_while_a_card_opens_answers_nothing(
+    autojump_clock: trio.abc.Clock, card_up_for: float, background: bool
+) -> None:
+    """The issue's case: the digit of a line being typed is text, whenever the card came up."""
+    async with running_chat(options=ChatOptions()) as chat:
+        await chat.type_line(("/bg " if background else "") + "gate; ask t1.txt")
+        await chat.press("see")  # typing began before the card
+        chat.runtime.gate.set()
+        await settle()
+        await trio.sleep(card_up_for)
+        for char in " file 2":
+            await chat.press(char)
+            await trio.sleep(0.2)  # slow typing: each key long after the card came up
+        assert chat.runtime.answers == []
+        assert chat.app.editor.text == "see file 2"
+        assert chat.app.queue.count() == 1
+        await chat.press(Key("ctrl_u"))
+        await trio.sleep(0.6)  # a card that comes back is armed anew
+        await chat.press("2")
+        assert answers_of(chat.runtime) == [("s-1", "selected", "allow-always")]
+
+
+async def test_letters_typed_on_an_armed_card_go_to_the_line_with_their_digits(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    async with running_chat(options=ChatOptions()) as chat:
+        await chat.type_line("ask t1.txt")
+        await trio.sleep(5)
+        await chat.press("see file 2")
+        assert chat.runtime.answers == []
+        assert chat.app.editor.text == "see file 2"
+        assert chat.app.mode == "card"  # the foreground turn still waits for the card
+
+
+async def test_after_an_answer_the_next_card_needs_its_own_half_second(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    async with running_chat(options=ChatOptions()) as chat:
+        await chat.type_line("/bg burst 2")
+        await trio.sleep(0.6)
+        await chat.press("1", "3")  # a quick double press
+        assert answers_of(chat.runtime) == [("s-1", "selected", "allow")]
+        assert chat.app.editor.text == "3"
+        # At the prompt, a line with text hides the card; cleared, it is up (and armed) anew.
+        await chat.press(Key("ctrl_u"))
+        await trio.sleep(0.4)
+        await chat.press("3")
+        assert len(chat.runtime.answers) == 1
+        await chat.press(Key("ctrl_u"))
+        await trio.sleep(0.6)
+        await chat.press("3")
+        assert answers_of(chat.runtime)[-1] == ("s-1", "selected", "deny")
+
+
+@pytest.mark.parametrize("repeat_delay", [0.25, 0.5, 0.66, 0.9])
+async def test_a_held_key_answers_one_card_only(
+    autojump_clock: trio.abc.Clock, repeat_delay: float
+) -> None:
+    async with running_chat(options=ChatOptions()) as chat:
+        await chat.type_line("/bg burst 3")
+        await trio.sleep(0.6)
+        await chat.press("1")
+        # The keyboard's delay before repeating, then repeats at 30 per second.
+        await trio.sleep(repeat_delay)
+        for _ in range(60):
+            await chat.press("1")
+            await trio.sleep(1 / 30)
+        assert answers_of(chat.runtime) == [("s-1", "selected", "allow")]
+        # Released, the line cleared, and pressed again after a while: that is an answer.
+        await chat.press(Key("ctrl_u"))
+        await trio.sleep(1)
+        await chat.press("1")
+        assert len(chat.runtime.answers) == 2
+
+
+async def test_ctrl_c_at_the_prompt_with_text_clears_the_line_and_does_nothing_else() -> None:
+    async with running_chat() as chat:
+        await chat.type_line("/bg hang")
+        await chat.press("half a thought", CTRL_C)
+        assert chat.app.editor.text == ""
+        assert not chat.done.is_set() and chat.runtime.turns_cancelled == []
+        await chat.press(CTRL_C)  # on an empty line: leaves, as before
+        with trio.fail_after(5):
+            await chat.done.wait()
+        assert chat.exit_code == 0
+
+
+@pytest.mark.parametrize("leave", [["/quit", ENTER], [Key("ctrl_d")]])
+async def test_leaving_while_turns_run_asks_and_the_default_is_no(
+    leave: list[Key | str],
+) -> None:
+    async with running_chat(screen=LiveScreen) as chat:
+        chat.app.screen.start()
+        await chat.type_line("/bg hang")
+        await chat.type_line("/new Two")
+        await chat.type_line("/bg ask a.txt")
+        await chat.press(*leave)
+        assert "2 turns still running: quit? y/N" in chat.text
+        assert chat.app.mode == "card"
+        await chat.press("1")  # not a yes, and not an answer to the card either
+        assert "not quitting: the turns go on" in chat.text
+        assert chat.runtime.answers == [] and not chat.done.is_set()
+        await chat.press(*leave)
+        await chat.press(ENTER)
+        assert not chat.done.is_set()
+        await chat.press(*leave)
+        await chat.press("y")
+        with trio.fail_after(5):
+            await chat.done.wait()
+        assert chat.exit_code == 0
+        await settle()
+        assert sorted(chat.runtime.turns_cancelled) == ["s-1", "s-2"]
+        assert [e["by"] for e in chat.events("approval.cancelled")] == ["turn"]  # fail closed
+        assert chat.events("approval.responded") == []
+
+
+@pytest.mark.parametrize("leave", [Line("/quit"), EndOfInput(), Terminate("SIGHUP")])
+async def test_leaving_without_a_keyboard_never_asks(leave: InputEvent) -> None:
+    async with running_chat(options=ChatOptions(input_mode="lines", arm_delay=0)) as chat:
+        await chat.event(Line("/bg hang"))
+        await chat.event(Line("/new Two"))
+        await chat.event(Line("/bg ask a.txt"))
+        await chat.event(leave)
+        with trio.fail_after(5):
+            await chat.done.wait()
+        assert chat.exit_code == 0
+        assert "still running" not in chat.text
+        await settle()
+        assert [e["by"] for e in chat.events("approval.cancelled")] == ["turn"]
+        assert chat.events("approval.responded") == []
+
+
+async def test_a_multi_line_paste_is_one_prompt_and_answers_no_card() -> None:
+    async with running_chat() as chat:
+        await chat.type_line("ask a.txt")
+        assert chat.app.mode == "card"
+        await chat.press("done\r1\r3\r")  # pasted without bracketed paste: one read
+        assert chat.runtime.answers == []
+        assert chat.app.editor.text == "done\n1\n3\n"
+        await chat.press(Key("ctrl_u"), "3")
+        assert answers_of(chat.runtime) == [("s-1", "selected", "deny")]
+        await chat.press(Key("paste", "first line\nsecond line"))
+        assert "Session 1 (s-1) > first line⏎second line" not in chat.text  # not sent yet
+        await chat.press(ENTER)
+        sent = [p["text"] for m, p in chat.runtime.requests if m == "chatSend"]
+        assert sent[-1] == "first line\nsecond line"
+
+
+async def test_a_paste_too_long_for_a_prompt_is_refused_whole() -> None:
+    async with running_chat() as chat:
+        await chat.press("abc", Key("paste", "x" * 8190))
+        assert "the paste was not taken: a prompt holds at most 8,192 characters" in chat.text
+        assert chat.app.editor.text == "abc"
+        await chat.press(Key("paste_too_long"))
+        assert chat.text.count("the paste was not taken") == 2
+        await chat.press(Key("paste", "x" * 8189))
+        assert len(chat.app.editor.text) == 8192
+
+
+async def test_switch_and_peek_take_a_title_or_a_unique_id_prefix() -> None:
+    async with running_chat() as chat:
+        chat.runtime.next_ids = ["s-abc123", "s-abd456", "s-ffe789"]
+        await chat.type_line("/new Docs")
+        await chat.type_line("/new Tests")
+        await chat.type_line("/new docs")
+        await chat.type_line("/switch s-abc")
+        assert chat.app.current == "s-abc123"
+        await chat.type_line("/switch tests")  # a title, in any case
+        assert chat.app.current == "s-abd456"
+        await chat.type_line("/peek s-ff")
+        assert "peek (not activated): docs (s-ffe789)" in chat.text
+        await chat.type_line("/switch s-1")  # an exact id, though it is also a prefix
+        assert chat.app.current == "s-1"
+        loads = [p["sessionId"] for m, p in chat.runtime.requests if m == "sessionLoad"]
+        assert loads == ["s-abc123", "s-abd456", "s-1"]
+
+
+@pytest.mark.parametrize(
+    ("wanted", "named"),
+    [("s-ab", "s-abc123 'Docs', s-abd456 'Tests'"), ("DOCS", "s-abc123 'Docs', s-ffe789 'docs'")],
+)
+async def test_switch_to_an_ambiguous_prefix_or_title_lists_the_candidates(
+    wanted: str, named: str
+) -> None:
+    async with running_chat() as chat:
+        chat.runtime.next_ids = ["s-abc123", "s-abd456", "s-ffe789"]
+        for title in ("Docs", "Tests", "docs"):
+            await chat.type_line(f"/new {title}")
+        await chat.type_line(f"/switch {wanted}")
+        assert f"{wanted!r} names 2 sessions: {named}; give more of the id" in chat.text
+        assert chat.app.current == "s-ffe789"
+        assert "sessionLoad" not in chat.runtime.methods()
 
 
 async def test_standing_grant_is_shown() -> None:
@@ -444,8 +682,10 @@ async def test_slash_on_a_card_at_the_prompt_starts_a_command_and_the_card_waits
         ]
 
 
-async def test_slash_during_a_foreground_turn_does_not_leave_the_card() -> None:
+async def test_slash_during_a_foreground_turn_types_ahead_and_the_card_stays() -> None:
     async with running_chat() as chat:
         await chat.type_line("ask a.txt")
         await chat.press("/")
-        assert chat.app.mode == "card" and chat.app.editor.text == ""
+        assert chat.app.mode == "card" and chat.app.editor.text == "/"
+        await chat.press("1")
+        assert chat.runtime.answers == []

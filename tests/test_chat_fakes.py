@@ -59,6 +59,7 @@ class FakeRuntime:
     * ``say TEXT`` -- an agent_message_chunk (no newline added; ``\\n`` is one);
     * ``ask NAME`` -- a write of NAME (tool call, permission request, outcome);
     * ``ask2`` -- one request with a two-file diff;
+    * ``unannounced NAME`` -- ask, without a ``tool_call`` update first;
     * ``gate`` -- wait until the test sets :attr:`gate`;
     * ``withdraw NAME`` -- ask, and withdraw the question when :attr:`withdraw` is set;
     * ``grant NAME`` -- a call that a standing grant allowed, without asking;
@@ -76,6 +77,8 @@ class FakeRuntime:
         self.turns_cancelled: list[str] = []
         self.gate = trio.Event()
         self.withdraw = trio.Event()
+        self.next_ids: list[str] = []
+        """Ids for the next new sessions (then ``s-N``)."""
         self._calls = 0
         self._scope = trio.CancelScope()
 
@@ -137,7 +140,7 @@ class FakeRuntime:
         }
 
     async def session_new(self, params: Any) -> Any:
-        session_id = f"s-{len(self.sessions) + 1}"
+        session_id = self.next_ids.pop(0) if self.next_ids else f"s-{len(self.sessions) + 1}"
         title = (params or {}).get("title") or f"Session {len(self.sessions) + 1}"
         self.sessions[session_id] = FakeSession(session_id, title)
         self.active = session_id
@@ -217,6 +220,8 @@ class FakeRuntime:
             pass
         elif verb == "ask":
             await self.ask(session_id, arg or "a.txt")
+        elif verb == "unannounced":
+            await self.ask(session_id, arg or "a.txt", announce=False)
         elif verb == "ask2":
             await self.ask(session_id, "two files", two_files=True)
         elif verb == "gate":
@@ -264,7 +269,13 @@ class FakeRuntime:
         }
 
     async def ask(
-        self, session_id: str, name: str, *, two_files: bool = False, withdraw: bool = False
+        self,
+        session_id: str,
+        name: str,
+        *,
+        two_files: bool = False,
+        withdraw: bool = False,
+        announce: bool = True,
     ) -> None:
         assert self.client is not None
         call = self._next_call()
@@ -275,7 +286,8 @@ class FakeRuntime:
                 {"type": "diff", "path": "/w/two.py", "oldText": None, "newText": "c\n"},
             ]
         tool_call = self._tool_call(call, name, content=content, rawInput={"path": name})
-        await self.update(session_id, tool_call)
+        if announce:
+            await self.update(session_id, tool_call)
         params = {
             "sessionId": session_id,
             "toolCall": {k: v for k, v in tool_call.items() if k != "sessionUpdate"},
@@ -380,7 +392,9 @@ async def running_chat(
         async with permclient.open_client(
             ours, dialect="bridge", telemetry=permclient.JsonlTelemetry(telemetry_file)
         ) as client:
-            app = ChatApp(client, screen(console), options or ChatOptions(arm_delay=0))
+            # No arming delay nor repeat guard unless a test asks: keys come in at once.
+            options = options or ChatOptions(arm_delay=0, repeat_guard=0)
+            app = ChatApp(client, screen(console), options)
             harness = Harness(app, runtime, send, output, telemetry_file, trio.Event())
 
             async def run() -> None:

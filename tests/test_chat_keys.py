@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from simhost.chat.keys import Key, KeyDecoder, LineEditor
+from simhost.chat.keys import MAX_PASTE_BYTES, Key, KeyDecoder, LineEditor
 
 ESC = Key("esc")
 ENTER = Key("enter")
@@ -81,10 +81,85 @@ def test_a_cut_off_sequence_is_dropped_on_flush() -> None:
 @given(st.binary(max_size=64))
 def test_never_raises_and_never_holds_more_than_a_sequence(data: bytes) -> None:
     decoder = KeyDecoder()
-    for key in decoder.feed(data):
+    for key in decoder.feed(data) + decoder.flush():
         assert key.name != "char" or (len(key.char) == 1 and key.char.isprintable())
-    decoder.flush()
+        assert key.name != "paste" or all(c.isprintable() or c in "\n\t" for c in key.char)
     assert not decoder.pending
+
+
+PASTE = b"\x1b[200~"
+PASTE_END = b"\x1b[201~"
+
+
+@pytest.mark.parametrize("decode", [decode_whole, decode_bytewise])
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        # Its Enters, digits and Esc are text; control characters but tabs are dropped.
+        (PASTE + b"create a\r\n2\r\x1b\x03\tz" + PASTE_END, [Key("paste", "create a\n2\n\tz")]),
+        (
+            b"a" + PASTE + "é\n".encode() + PASTE_END + b"\r",
+            [Key.of("a"), Key("paste", "é\n"), ENTER],
+        ),
+        (PASTE + PASTE_END, []),
+    ],
+)
+def test_a_bracketed_paste_is_one_key(decode: object, data: bytes, expected: list[Key]) -> None:
+    assert decode(data) == expected  # type: ignore[operator]
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        (b"one\rtwo\r", [Key("paste", "one\ntwo\n")]),
+        (b"\x15one\n2", [Key("ctrl_u"), Key("paste", "one\n2")]),
+    ],
+)
+def test_a_line_break_with_text_after_it_in_one_read_was_pasted(
+    data: bytes, expected: list[Key]
+) -> None:
+    assert decode_whole(data) == expected
+
+
+def test_a_typed_line_ending_with_enter_in_one_read_stays_typed() -> None:
+    assert decode_whole(b"hi\r") == [Key.of("h"), Key.of("i"), ENTER]
+
+
+def test_a_paste_end_marker_split_across_reads_still_ends_it() -> None:
+    decoder = KeyDecoder()
+    assert decoder.feed(PASTE + b"12\x1b[20") == []
+    assert decoder.in_paste and decoder.pending
+    assert decoder.feed(b"1~3") == [Key("paste", "12"), Key.of("3")]
+    assert not decoder.pending
+
+
+def test_a_paste_whose_end_never_comes_ends_at_the_flush() -> None:
+    decoder = KeyDecoder()
+    assert decoder.feed(PASTE + b"ls\r") == []
+    assert decoder.flush() == [Key("paste", "ls\n")]
+    assert decoder.feed(b"1") == [Key.of("1")]
+
+
+@pytest.mark.parametrize("size", [MAX_PASTE_BYTES + 1, 3 * MAX_PASTE_BYTES])
+def test_a_paste_too_long_for_a_line_is_one_refusal_not_a_cut(size: int) -> None:
+    decoder = KeyDecoder()
+    keys = []
+    data = PASTE + b"x" * size + PASTE_END + b"1"
+    for start in range(0, len(data), 4096):
+        keys += decoder.feed(data[start : start + 4096])
+    assert keys == [Key("paste_too_long"), Key.of("1")]
+    assert decode_whole(b"a\rb" * MAX_PASTE_BYTES) == [Key("paste_too_long")]
+
+
+def test_a_paste_that_fits_is_taken_whole() -> None:
+    text = "é" * (MAX_PASTE_BYTES // 2)
+    assert decode_whole(PASTE + text.encode() + PASTE_END) == [Key("paste", text)]
+    editor = LineEditor()
+    assert not editor.fits("x" * (LineEditor.MAX_LENGTH + 1))
+    editor.handle(Key("paste", "a\nb"))
+    assert editor.text == "a\nb"
+    editor.handle(Key("paste", "x" * LineEditor.MAX_LENGTH))  # does not fit: not taken at all
+    assert editor.text == "a\nb"
 
 
 def test_line_editor() -> None:

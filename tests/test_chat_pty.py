@@ -327,3 +327,90 @@ def test_allow_always_then_a_standing_grant_applies(chat_in: Any) -> None:
     assert (chat.workspace / "g.txt").read_text().startswith("2")
     assert len(chat.events("approval.requested")) == 1
     chat.quit()
+
+
+@pytest.mark.parametrize("wait_for_the_card", [False, True])
+def test_typing_see_file_2_while_the_card_opens_answers_nothing(
+    chat_in: Any, wait_for_the_card: bool
+) -> None:
+    """The issue's case: the line's ``2`` is text on the prompt line, never option 2."""
+    chat: Chat = chat_in()
+    chat.say("create t1.txt with abc")
+    if wait_for_the_card:
+        chat.expect(ARMED)
+    for char in "see file 2":
+        chat.child.send(char)
+    chat.expect("Your prompt line has text: clear it")
+    chat.expect("typed ahead: " + STYLE + "see file 2")
+    assert chat.events("approval.responded") == []
+    assert not (chat.workspace / "t1.txt").exists()
+    chat.child.sendcontrol("u")
+    chat.expect(ARMED)
+    chat.child.send("3")
+    chat.expect("denied by you")
+    chat.expect("turn ended")
+    chat.expect_prompt()
+    assert [e["option_id"] for e in chat.events("approval.responded")] == ["deny"]
+    chat.quit()
+
+
+def test_a_bracketed_paste_is_one_prompt_line_and_answers_nothing(chat_in: Any) -> None:
+    chat: Chat = chat_in()
+    chat.say("create p.txt with 1")
+    chat.expect(ARMED)
+    chat.child.send("\x1b[200~3\rcreate q.txt with 2\r\x1b[201~")
+    chat.expect("typed ahead: " + STYLE + re.escape("3⏎create q.txt with 2⏎"))
+    assert chat.events("approval.responded") == []
+    chat.child.sendcontrol("u")
+    chat.expect(ARMED)
+    chat.child.send("1")
+    chat.expect("turn ended")
+    chat.expect_prompt()
+    assert "\x1b[?2004h" in chat.transcript.read_text()  # bracketed paste was asked for
+    chat.quit()
+    assert chat.transcript.read_text().rstrip().count("\x1b[?2004l") == 1  # and switched off
+
+
+def test_ctrl_c_clears_a_typed_line_and_quitting_asks_while_a_turn_runs(chat_in: Any) -> None:
+    chat: Chat = chat_in()
+    chat.child.send("half a thought")
+    chat.expect_prompt("half a thought")
+    chat.child.sendcontrol("c")
+    chat.expect_prompt()
+    chat.say("/bg create q.txt with 1")
+    chat.expect(ARMED)
+    chat.say("/quit")
+    chat.expect("1 turn still running: quit\\? y/N")
+    chat.child.send("n")
+    chat.expect("not quitting")
+    chat.expect(ARMED)
+    chat.say("/quit")
+    chat.expect("1 turn still running: quit\\? y/N")
+    chat.child.send("y")
+    chat.child.expect(pexpect.EOF)
+    chat.child.close()
+    assert chat.child.exitstatus == 0
+    assert not _alive(chat.runtime_pid)
+    assert [e["by"] for e in chat.events("approval.cancelled")] == ["turn"]
+    assert chat.events("approval.responded") == []
+    assert not (chat.workspace / "q.txt").exists()
+
+
+def test_the_runtime_s_messages_are_lines_of_their_own(chat_in: Any) -> None:
+    """Each message ends its line: none is glued to the next (``…question)burst 2: …``)."""
+    chat: Chat = chat_in()
+    chat.say("burst 2")
+    chat.expect(ARMED)
+    chat.child.send("\x1b")
+    chat.expect(r"cancelled \(Esc\)")
+    chat.expect(ARMED)
+    chat.child.send("1")
+    chat.expect("burst 2: 1 completed, 1 denied, 0 failed")
+    chat.expect("turn ended")
+    chat.expect_prompt()
+    lines = chat.plain_transcript().replace("\r", "\n").splitlines()
+    messages = [line.strip() for line in lines if "burst 2: " in line or "created burst" in line]
+    assert "burst 2: 1 completed, 1 denied, 0 failed" in messages
+    assert {"created burst-1.txt (8 bytes)", "created burst-2.txt (8 bytes)"} & set(messages)
+    assert any(line.startswith("denied: fs.write: burst-") for line in map(str.strip, lines))
+    chat.quit()

@@ -20,10 +20,14 @@ Concurrency model:
   Whatever cancels the handler's scope (the runtime withdrawing the question,
   the turn being cancelled, the connection closing) takes the card away at once
   and prints why; the next key goes to whatever is on screen then.
-* A card does not take the keyboard while you are typing a line at the prompt
-  (the marker says one is waiting), and after it comes up it ignores keys for
-  a short moment (``arm_delay``), so a key meant for the prompt, or for a card
-  that was just withdrawn, cannot answer it. There is no default option.
+* A card takes a key (a digit, Esc) only when the person can see it asks: the
+  prompt line is empty, and the card has been on screen for ``arm_delay``
+  (half a second; trio's clock) before the key was read. Every other key goes
+  to the prompt line, where it shows: a line being typed when a card opens
+  keeps its digits, and a key typed for a card that was just answered or
+  withdrawn cannot answer the next one. The key that answered a card, read
+  again within ``repeat_guard`` (a second), is its auto-repeat and answers nothing.
+  There is no default option.
 """
 
 from __future__ import annotations
@@ -72,9 +76,12 @@ from .text import visible
 
 __all__ = ["ChatApp", "ChatOptions", "Job"]
 
-DEFAULT_ARM_DELAY_S: Final = 0.25
+DEFAULT_ARM_DELAY_S: Final = 0.5
+REPEAT_GUARD_S: Final = 1.0
+"""Longer than a keyboard's delay before it repeats a held key (0.25-1 s)."""
+_CARD_KEYS: Final = frozenset("0123456789")
 _MAX_PARTIAL: Final = 4000
-_SLASH: Final = Key("char", "/")
+_MAX_CANDIDATES: Final = 5
 _VIEW_CARD: Final = Key("char", "v")
 _TOOL_UPDATES: Final = frozenset({"tool_call", "tool_call_update"})
 
@@ -86,12 +93,15 @@ class ChatOptions:
     """How the chat behaves.
 
     ``input_mode`` is ``"keys"`` (a raw terminal: number keys, Esc) or
-    ``"lines"`` (a pipe: ``3``, ``esc``). ``arm_delay`` is how long a card that
-    just came up ignores keys (seconds; 0 in line mode).
+    ``"lines"`` (a pipe: ``3``, ``esc``). ``arm_delay`` is how long a card must
+    have been on screen before a key can answer it (seconds; 0 in line mode).
+    The key that answered a card, read again within ``repeat_guard`` seconds, is
+    taken for its auto-repeat and answers no other card.
     """
 
     input_mode: InputMode = "keys"
     arm_delay: float = DEFAULT_ARM_DELAY_S
+    repeat_guard: float = REPEAT_GUARD_S
     history_limit: int = 40
 
 
@@ -142,6 +152,8 @@ class ChatApp:
         self._final_shown: set[tuple[str, str]] = set()
         self._tool_meta: dict[tuple[str, str], dict[str, Any]] = {}
         self._shown: Approval | None = None
+        self._card_key: tuple[Key, float] | None = None  # the last key a card took, and when
+        self._asking_to_quit = False
         self._changed = trio.Event()
         self._closing = False
         self._nursery: trio.Nursery | None = None
@@ -234,32 +246,45 @@ class ChatApp:
         self._sync()
 
     def _on_key(self, key: Key) -> None:
-        if key.name == "ctrl_c":
-            self._on_interrupt()
+        read_at = key.at if key.at is not None else trio.current_time()
+        if self._asking_to_quit:
+            self._asking_to_quit = False
+            if key.name == "char" and key.char in "yY":
+                self.quit(0)
+            else:
+                self._note("not quitting: the turns go on")
             return
-        if self._shown is not None:
-            card = self._keyboard_card()
-            if card is None:
-                return  # just came up: keys are held back for a moment
-            assert card.shown_at is not None
-            if key.at is not None and key.at < card.shown_at + self.options.arm_delay:
-                return  # read before the card was drawn and armed: typed for something else
-            if key == _SLASH and self.foreground is None:
-                self.editor.handle(key)  # a command first: the card waits behind the marker
-                return
-            if key.name == "esc":
-                self._answer(card, Cancelled(), how="Esc")
-            elif key.name == "char" and key.char in "123456789":
-                self._pick(card, int(key.char))
-            elif key == _VIEW_CARD:  # the whole card, into the transcript (card/screen)
+        if key.name == "ctrl_c":
+            if self.foreground is None and self.editor.text:
+                self.editor.text = ""  # at the prompt, Ctrl-C clears the line, nothing else
+            else:
+                self._on_interrupt()
+            return
+        card = self._shown
+        if card is not None and self._card_takes(card, key, read_at):
+            if key == _VIEW_CARD:  # the whole card, into the transcript; it stays up
                 title = self.titles.get(card.session_id)
                 self.screen.show_card(PermissionCard(card.request, session_title=title))
-            return  # Enter and anything else do nothing on a card
+                return
+            self._card_key = (key, read_at)
+            if key.name == "esc":
+                self._answer(card, Cancelled(), how="Esc")
+            else:
+                self._pick(card, int(key.char))
+            return
+        # Not for a card: the key belongs to the prompt line.
         if key.name == "esc":
             return
         if key.name == "ctrl_d":
             if self.foreground is None and not self.editor.text:
-                self.quit(0)
+                self._leave()
+            return
+        if key.name == "paste_too_long" or (key.name == "paste" and not self.editor.fits(key.char)):
+            self._note(
+                f"the paste was not taken: a prompt holds at most {LineEditor.MAX_LENGTH:,} "
+                "characters",
+                style="red",
+            )
             return
         line = self.editor.handle(key)
         if line is not None:
@@ -267,6 +292,30 @@ class ChatApp:
                 self.editor.text = line  # the prompt waits for the turn: keep the line
                 return
             self._submit(line)
+
+    def _card_takes(self, card: Approval, key: Key, read_at: float) -> bool:
+        """Whether ``key`` answers ``card``: see the module docstring."""
+        if key.name != "esc" and key != _VIEW_CARD and not (
+            key.name == "char" and key.char in _CARD_KEYS
+        ):
+            return False
+        if self.editor.text or self._keyboard_card() is not card:
+            return False
+        assert card.shown_at is not None
+        if read_at < card.shown_at + self.options.arm_delay:
+            return False  # read before the card had been on screen long enough
+        if self._card_key is not None:
+            last, last_at = self._card_key
+            if key == last and read_at - last_at < self.options.repeat_guard:
+                return False  # the held key that answered the last card, repeating
+        return True
+
+    def _leave(self) -> None:
+        """``/quit`` or Ctrl-D: at a keyboard, ask first while turns run (default no)."""
+        if self.turns and self.options.input_mode == "keys":
+            self._asking_to_quit = True
+            return
+        self.quit(0)
 
     def _on_line(self, text: str, read_at: float | None = None) -> None:
         text = text.strip()
@@ -363,6 +412,8 @@ class ChatApp:
 
     async def _ask(self, session_id: str, request: PermissionRequest) -> Decision:
         """The permission handler of every session the chat uses."""
+        # The text streamed before the question goes above its card, not after it.
+        self._flush_partial(session_id)
         approval = self.queue.add(session_id, request)
         self._sync()
         try:
@@ -443,14 +494,17 @@ class ChatApp:
         keys = f"1-{count}" if count > 1 else "1"
         if self.options.input_mode == "lines":
             return Text(f"Answer with a line: {keys}, or esc (cancelled).", style="bold")
+        if self.editor.text:
+            return Text(
+                "Your prompt line has text: clear it (Ctrl-U) to answer this card.", style="bold"
+            )
         if self._keyboard_card() is None:
-            return Text("… (keys are held back for a moment)", style="dim italic")
+            return Text("… (read the card: keys go to the prompt line for now)", style="dim italic")
         hint = Text(f"Press {keys} to choose", style="bold")
         if count > 9:
             hint.append(" (options after 9 have no key)", style="dim")
         hint.append(" · Esc answers cancelled · Enter does nothing · Ctrl-C cancels the turn")
-        if self.foreground is None:
-            hint.append(" · / types a command first", style="dim")
+        hint.append(" · other keys type on the prompt line", style="dim")
         return hint
 
     def _view(self) -> View:
@@ -483,10 +537,17 @@ class ChatApp:
                 note = "send or clear (Ctrl-U) your line to answer"
             view.marker = waiting_marker(waiting, self.titles, note=note)
         if self.exit_code is None:
-            if self.foreground is not None:
-                view.prompt = busy_line(self.foreground.label, self.editor.text)
+            typed = self.editor.text.replace("\n", "⏎")  # a pasted line break, shown
+            if self._asking_to_quit:
+                running = len(self.turns)
+                view.prompt = Text(
+                    f"{running} turn{'s' if running != 1 else ''} still running: quit? y/N",
+                    style="bold yellow",
+                )
+            elif self.foreground is not None:
+                view.prompt = busy_line(self.foreground.label, typed)
             elif self.current is not None and card is None:
-                view.prompt = prompt_line(self._prompt_label(), self.editor.text)
+                view.prompt = prompt_line(self._prompt_label(), typed)
         return view
 
     def _label(self, session_id: str) -> str:
@@ -552,11 +613,12 @@ class ChatApp:
         meta = body.simhost_meta
         if meta:
             self._tool_meta[key] = meta
+        # A tool call ends the message streamed before it: later text starts a new line.
+        self._flush_partial(session_id)
         state = self.client.tool_calls.get(session_id, tool_call_id)
         if state is None or key in self._final_shown:
             return
         if state.is_final:
-            self._flush_partial(session_id)
             self._live_calls.pop(key, None)
             self._final_shown.add(key)
             self.screen.print(
@@ -565,7 +627,6 @@ class ChatApp:
         elif self.screen.live:
             self._live_calls[key] = None
         elif self._plain_status.get(key) != state.status:
-            self._flush_partial(session_id)
             self._plain_status[key] = state.status
             self.screen.print(
                 tool_line(state, prefix=self._prefix(session_id), meta=self._tool_meta.get(key))
@@ -713,7 +774,7 @@ class ChatApp:
         arg = arg.strip()
         session_id = self.current
         if name in ("/quit", "/exit"):
-            self.quit(0)
+            self._leave()
         elif name == "/help":
             self.screen.print(help_table())
         elif name == "/new":
@@ -724,7 +785,7 @@ class ChatApp:
             self._spawn(Job("listing sessions", None), self._cmd_sessions, foreground=True)
         elif name in ("/switch", "/peek"):
             if not arg:
-                self._note(f"usage: {name} ID", style="red")
+                self._note(f"usage: {name} ID|ID-PREFIX|TITLE", style="red")
                 return
             peek = name == "/peek"
             label = f"reading {arg}" if peek else f"switching to {arg}"
@@ -799,7 +860,10 @@ class ChatApp:
             sessions_table(sessions, current=self.current, waiting=waiting, running=running)
         )
 
-    async def _cmd_open(self, session_id: str, peek: bool) -> None:
+    async def _cmd_open(self, wanted: str, peek: bool) -> None:
+        session_id = await self._resolve_session(wanted)
+        if session_id is None:
+            return
         history = await self.backend.open(session_id, peek=peek)
         if not peek:
             self._adopt(history.session_id, history.title)
@@ -807,6 +871,42 @@ class ChatApp:
         elif history.session_id in self.titles:
             self.titles[history.session_id] = history.title
         self.screen.print(history_view(history, peek=peek, limit=self.options.history_limit))
+
+    async def _resolve_session(self, wanted: str) -> str | None:
+        """The session ``wanted`` names: an id, a unique id prefix, or a title.
+
+        ``None`` (after saying so) when it names several. A name that matches no
+        listed session goes to the agent as an id, which answers for it (an ACP
+        agent may load a session this chat never opened).
+        """
+        try:
+            sessions = await self.backend.list_sessions()
+        except RequestError:  # no session list: the agent answers for the id
+            return wanted
+        if any(row.session_id == wanted for row in sessions):
+            return wanted
+        folded = wanted.casefold()
+        matches = {
+            row.session_id: row
+            for row in sessions
+            if row.session_id.startswith(wanted)
+            or (row.title is not None and row.title.strip().casefold() == folded)
+        }
+        if len(matches) == 1:
+            return next(iter(matches))
+        if not matches:
+            return wanted
+        listed = ", ".join(
+            visible(row.session_id) + (f" {visible(row.title)!r}" if row.title else "")
+            for row in list(matches.values())[:_MAX_CANDIDATES]
+        )
+        more = " …" if len(matches) > _MAX_CANDIDATES else ""
+        self._note(
+            f"{visible(wanted)!r} names {len(matches)} sessions: {listed}{more}; "
+            "give more of the id",
+            style="red",
+        )
+        return None
 
     async def _cmd_policy(self, session_id: str, preset: str) -> None:
         if preset:

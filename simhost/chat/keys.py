@@ -9,6 +9,14 @@ key. Escape sequences (arrows, function keys) and Alt chords are swallowed:
 nothing in the chat reacts to them, and an Alt chord must never be read as
 "Esc, then a digit".
 
+Pasted text is one ``paste`` key, never keys one by one, so a pasted line break
+cannot submit a prompt and a pasted digit cannot answer a card: a bracketed
+paste (``ESC[200~`` ... ``ESC[201~``, once the terminal was asked for them with
+:data:`BRACKETED_PASTE_ON`) is one paste; without bracketed paste, a read that
+holds a line break followed by more text was pasted too (nobody types that
+fast), and its text and line breaks become one paste. A paste longer than
+:data:`MAX_PASTE_BYTES` is one ``paste_too_long`` key: refused whole, never cut.
+
 :class:`LineEditor` is the prompt's minimal line editor.
 """
 
@@ -18,13 +26,36 @@ import codecs
 from dataclasses import dataclass, field
 from typing import Final, Literal, TypeAlias
 
-__all__ = ["Key", "KeyDecoder", "KeyName", "LineEditor"]
-
-KeyName: TypeAlias = Literal[
-    "char", "enter", "backspace", "esc", "ctrl_c", "ctrl_d", "ctrl_u", "ctrl_w", "ignored"
+__all__ = [
+    "BRACKETED_PASTE_OFF",
+    "BRACKETED_PASTE_ON",
+    "MAX_PASTE_BYTES",
+    "Key",
+    "KeyDecoder",
+    "KeyName",
+    "LineEditor",
 ]
 
+KeyName: TypeAlias = Literal[
+    "char",
+    "enter",
+    "backspace",
+    "esc",
+    "ctrl_c",
+    "ctrl_d",
+    "ctrl_u",
+    "ctrl_w",
+    "paste",
+    "paste_too_long",
+    "ignored",
+]
+
+BRACKETED_PASTE_ON: Final = b"\x1b[?2004h"
+BRACKETED_PASTE_OFF: Final = b"\x1b[?2004l"
+_PASTE_START: Final = b"\x1b[200~"
+_PASTE_END: Final = b"\x1b[201~"
 _ESC: Final = 0x1B
+_MAX_LINE: Final = 8192
 _MAX_SEQUENCE: Final = 32  # a CSI longer than this is garbage: dropped
 _CONTROL_KEYS: Final[dict[int, KeyName]] = {
     0x03: "ctrl_c",
@@ -40,7 +71,11 @@ _CONTROL_KEYS: Final[dict[int, KeyName]] = {
 
 @dataclass(frozen=True, slots=True)
 class Key:
-    """One key press. ``char`` is set for ``name == "char"`` (one printable character)."""
+    """One key press.
+
+    ``char`` is the character of a ``char`` key (one printable character), or the
+    text of a ``paste`` (printable characters, ``\\n`` and ``\\t``).
+    """
 
     name: KeyName
     char: str = ""
@@ -61,26 +96,38 @@ class KeyDecoder:
         self._buffer = bytearray()
         self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")
         self._after_cr = False
+        self._paste: bytearray | None = None  # inside a bracketed paste
+        self._paste_overflow = False
 
     @property
     def pending(self) -> bool:
-        """True when bytes are held that may be the start of an escape sequence."""
-        return bool(self._buffer)
+        """True when bytes are held that may be the start of an escape sequence or a paste."""
+        return bool(self._buffer) or self._paste is not None
+
+    @property
+    def in_paste(self) -> bool:
+        """True inside a bracketed paste (the reader then waits longer before :meth:`flush`)."""
+        return self._paste is not None
 
     def feed(self, data: bytes) -> list[Key]:
-        """Decode ``data`` (any split of the byte stream) into keys."""
+        """Decode ``data`` (any split of the byte stream; one read of it) into keys."""
         self._buffer += data
-        return self._drain(final=False)
+        return _pasted_runs(self._drain(final=False))
 
     def flush(self) -> list[Key]:
-        """No more bytes came in time: a held lone ESC is the Esc key."""
+        """No more bytes came in time: a held lone ESC is the Esc key; a paste ends."""
         return self._drain(final=True)
 
     def _drain(self, *, final: bool) -> list[Key]:
         keys: list[Key] = []
         buf = self._buffer
         i = 0
-        while i < len(buf):
+        while i < len(buf) or (final and self._paste is not None):
+            if self._paste is not None:
+                i = self._paste_bytes(buf, i, keys, final=final)
+                if self._paste is not None:
+                    break
+                continue
             byte = buf[i]
             if byte == _ESC:
                 self._after_cr = False
@@ -95,6 +142,9 @@ class KeyDecoder:
                     break
                 if used == 1:
                     keys.append(Key("esc"))
+                elif buf[i : i + used] == _PASTE_START:
+                    self._paste = bytearray()
+                    self._paste_overflow = False
                 i += used
                 continue
             if byte < 0x20 or byte == 0x7F:
@@ -118,6 +168,72 @@ class KeyDecoder:
         del buf[:i]
         return keys
 
+    def _paste_bytes(self, buf: bytearray, start: int, keys: list[Key], *, final: bool) -> int:
+        """Take bracketed-paste bytes from ``start``; returns where to go on."""
+        assert self._paste is not None
+        end = buf.find(_PASTE_END, start)
+        if end >= 0:
+            stop, resume = end, end + len(_PASTE_END)
+        elif final:  # the end marker never came: the paste ends here
+            stop = resume = len(buf)
+        else:  # hold back what may be the start of the end marker
+            stop = resume = max(start, len(buf) - len(_PASTE_END) + 1)
+        room = MAX_PASTE_BYTES - len(self._paste)
+        if stop - start > room:
+            self._paste_overflow = True
+        if not self._paste_overflow:
+            self._paste += buf[start:stop]
+        if end >= 0 or final:
+            if self._paste_overflow:
+                keys.append(Key("paste_too_long"))
+            else:
+                text = paste_text(bytes(self._paste).decode("utf-8", "replace"))
+                if text:
+                    keys.append(Key("paste", text))
+            self._paste = None
+        return resume
+
+
+MAX_PASTE_BYTES: Final = 4 * _MAX_LINE
+"""A longer paste cannot fit a prompt line (characters are at most 4 bytes)."""
+
+
+def paste_text(raw: str) -> str:
+    """Pasted text as the line keeps it: line breaks as ``\\n``, no control characters."""
+    text = raw.replace("\r\n", "\n").replace("\r", "\n")
+    return "".join(c for c in text if c.isprintable() or c in "\n\t")
+
+
+def _pasted_runs(keys: list[Key]) -> list[Key]:
+    """Runs of text and Enter keys from one read, with a line break inside, were pasted.
+
+    Such a run becomes one ``paste`` key (its line breaks kept as text). A run
+    that only ends with Enter (``hello`` typed ahead, then Enter) stays typed.
+    """
+    out: list[Key] = []
+    run: list[Key] = []
+
+    def close_run() -> None:
+        last_char = max((n for n, k in enumerate(run) if k.name == "char"), default=-1)
+        if any(k.name == "enter" for k in run[:last_char]):
+            text = "".join("\n" if k.name == "enter" else k.char for k in run)
+            if len(text.encode()) > MAX_PASTE_BYTES:
+                out.append(Key("paste_too_long"))
+            else:
+                out.append(Key("paste", text))
+        else:
+            out.extend(run)
+        run.clear()
+
+    for key in keys:
+        if key.name in ("char", "enter"):
+            run.append(key)
+        else:
+            close_run()
+            out.append(key)
+    close_run()
+    return out
+
 
 def _escape_length(buf: bytearray, start: int) -> int | None:
     """Bytes used by the escape sequence at ``start`` (1: a lone Esc), None if incomplete."""
@@ -138,9 +254,9 @@ def _escape_length(buf: bytearray, start: int) -> int | None:
 
 
 class LineEditor:
-    """The prompt's line: printable characters, Backspace, Ctrl-U, Ctrl-W, Enter."""
+    """The prompt's line: printable characters, pastes, Backspace, Ctrl-U, Ctrl-W, Enter."""
 
-    MAX_LENGTH: Final = 8192
+    MAX_LENGTH: Final = _MAX_LINE
 
     def __init__(self) -> None:
         self.text = ""
@@ -152,6 +268,9 @@ class LineEditor:
         """
         if key.name == "char":
             if len(self.text) < self.MAX_LENGTH:
+                self.text += key.char
+        elif key.name == "paste":
+            if self.fits(key.char):  # whole or not at all: the caller says why not
                 self.text += key.char
         elif key.name == "backspace":
             self.text = self.text[:-1]
@@ -167,3 +286,7 @@ class LineEditor:
                 return line
             return None
         return None
+
+    def fits(self, text: str) -> bool:
+        """True if ``text`` can be added to the line whole."""
+        return len(self.text) + len(text) <= self.MAX_LENGTH

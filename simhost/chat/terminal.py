@@ -13,13 +13,13 @@ import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
 from typing import Final, TypeAlias
 
 import trio
 
-from .keys import Key, KeyDecoder
+from .keys import BRACKETED_PASTE_OFF, BRACKETED_PASTE_ON, Key, KeyDecoder
 
 __all__ = [
     "EndOfInput",
@@ -34,6 +34,8 @@ __all__ = [
 ]
 
 ESC_TIMEOUT_S: Final = 0.05
+PASTE_TIMEOUT_S: Final = 1.0
+"""A bracketed paste whose end marker does not come within this ends there."""
 _READ_SIZE: Final = 4096
 _MAX_LINE: Final = 1 << 20
 
@@ -80,7 +82,10 @@ def raw_keyboard(fd: int) -> Iterator[None]:
 
     No line buffering, no echo, no signals from keys (Ctrl-C arrives as the
     byte ``0x03``), no flow control and no CR-to-LF translation; output
-    processing stays on, so ``\\n`` still returns the carriage.
+    processing stays on, so ``\\n`` still returns the carriage. The terminal is
+    asked for bracketed pastes (``ESC[?2004h``, written to ``fd``: the keyboard's
+    own terminal), so a paste arrives as one ``paste`` key; a terminal that does
+    not know the sequence ignores it.
     """
     import termios
 
@@ -99,9 +104,17 @@ def raw_keyboard(fd: int) -> Iterator[None]:
     mode[6][termios.VTIME] = 0
     termios.tcsetattr(fd, termios.TCSANOW, mode)
     try:
+        _write_quietly(fd, BRACKETED_PASTE_ON)
         yield
     finally:
+        _write_quietly(fd, BRACKETED_PASTE_OFF)
         termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+
+
+def _write_quietly(fd: int, data: bytes) -> None:
+    """Best effort: a terminal opened read-only simply gets no bracketed pastes."""
+    with suppress(OSError):
+        os.write(fd, data)
 
 
 async def read_keys(
@@ -113,13 +126,15 @@ async def read_keys(
     sharing the terminal sees ``O_NONBLOCK``) and reads what is there.
     """
     decoder = KeyDecoder()
+    read_at = trio.current_time()
     while True:
         if decoder.pending:
-            with trio.move_on_after(esc_timeout) as waited:
+            timeout = PASTE_TIMEOUT_S if decoder.in_paste else esc_timeout
+            with trio.move_on_after(timeout) as waited:
                 await trio.lowlevel.wait_readable(fd)
             if waited.cancelled_caught:
-                for key in decoder.flush():
-                    await send.send(key)
+                for key in decoder.flush():  # keys of bytes read at read_at
+                    await send.send(replace(key, at=read_at))
                 continue
         else:
             await trio.lowlevel.wait_readable(fd)
