@@ -9,7 +9,9 @@ runtime, and only then destroys the window (in ``on_done``).
 
 ``--auto allow|deny`` presses the button for you once the card is shown (the
 real button, through ``Button.invoke``) and closes the window when the turn ends:
-that is how the tests run it, under a virtual display (Xvfb).
+that is how the tests run it, under a virtual display (Xvfb). Without a display it
+says so in one line and exits with status 1; Ctrl-C in the terminal answers every
+open question ``cancelled``, stops the runtime and exits with status 130.
 
 Usage::
 
@@ -83,7 +85,11 @@ class ApproverWindow:
         self.client.close()
 
     def on_done(self, error: BaseException | None) -> None:
-        if error is not None:
+        if interrupted(error):
+            # Ctrl-C: trio's guest run takes SIGINT (outside its tasks too) and closes.
+            print("interrupted: open questions cancelled", flush=True)
+            self.exit_code = 130
+        elif error is not None:
             print(f"the client failed: {error!r}", file=sys.stderr)
             self.exit_code = 1
         print("runtime stopped", flush=True)
@@ -122,6 +128,13 @@ class ApproverWindow:
                 self.root.after(50, button.invoke)
 
 
+def interrupted(error: BaseException | None) -> bool:
+    """Whether ``error`` is Ctrl-C, alone or inside trio's exception groups."""
+    if isinstance(error, BaseExceptionGroup):
+        return error.subgroup(KeyboardInterrupt) is not None
+    return isinstance(error, KeyboardInterrupt)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workspace", help="the runtime's workspace (default: a temp folder)")
@@ -133,9 +146,13 @@ def main() -> int:
         Path(workspace).mkdir(parents=True, exist_ok=True)
         argv = [sys.executable, "-m", "simhost", "runtime", "--stdio"]
         argv += ["--workspace", workspace, "--state-dir", str(Path(scratch) / "state")]
-        root = tk.Tk()
+        try:
+            root = tk.Tk()
+        except tk.TclError as exc:  # no display, or one we may not use
+            print(f"tk_approver: cannot open a window: {exc}", file=sys.stderr)
+            return 1
         window = ApproverWindow(root, argv, args.prompt, args.auto)
-        root.mainloop()
+        root.mainloop()  # Ctrl-C: trio's guest run takes SIGINT; on_done sees it
         return window.exit_code
 
 
