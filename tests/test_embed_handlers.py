@@ -124,9 +124,7 @@ def test_an_unexpected_return_value_is_logged_with_the_handler(
     )
 
 
-def test_a_handler_that_answered_through_the_handle_keeps_that_answer_whatever_it_returns() -> (
-    None
-):
+def test_a_handler_that_answered_through_the_handle_keeps_that_answer_whatever_it_returns() -> None:
     # handle.answer() returns a bool: a one-line lambda returns it, and it is no answer.
     with (
         blocking() as (client, peer),
@@ -163,7 +161,7 @@ ASYNC_HANDLERS = [
 @pytest.mark.parametrize("handler", ASYNC_HANDLERS)
 def test_blocking_refuses_an_async_handler_at_registration(handler: Any) -> None:
     with blocking() as (client, peer):
-        with pytest.raises(TypeError, match="async function.*plain function fn\\(handle\\)"):
+        with pytest.raises(TypeError, match=r"async function.*plain function fn\(handle\)"):
             client.permission_handler("s", handler)
         peer.ask_permission("s", "call-1", 1)  # nothing was registered: no handler
         assert peer.receive()["result"] == CANCELLED
@@ -231,12 +229,12 @@ def test_guest_timeout_answers_a_question_left_open_cancelled_and_cancels_its_ta
                 task_cancelled.set()
             raise AssertionError("unreachable")  # pragma: no cover
 
-        withdrawn: list[PermissionHandle] = []
+        withdrawn: asyncio.Queue[PermissionHandle] = asyncio.Queue()
         async with on_asyncio() as (client, peer):
             with (
                 client.permission_handler("s", waits_forever, timeout=0.05),
                 client.permission_handler(
-                    "t", lambda h: h.on_cancelled(withdrawn.append), timeout=0.05
+                    "t", lambda h: h.on_cancelled(withdrawn.put_nowait), timeout=0.05
                 ),
             ):
                 peer.ask_permission("s", "call-1", 1)
@@ -245,9 +243,8 @@ def test_guest_timeout_answers_a_question_left_open_cancelled_and_cancels_its_ta
                 assert sorted(r["id"] for r in replies) == [1, 2]
                 assert all(r["result"] == CANCELLED for r in replies)
                 await asyncio.wait_for(task_cancelled.wait(), TIMEOUT_S)
-                while not withdrawn:  # the callback is dispatched to the loop
-                    await asyncio.sleep(0)
-                assert withdrawn[0].withdrawn
+                handle = await asyncio.wait_for(withdrawn.get(), TIMEOUT_S)
+                assert handle.withdrawn
 
     run_on_asyncio(scenario)
 
