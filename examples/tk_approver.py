@@ -103,7 +103,7 @@ class ApproverWindow:
         card.pack(fill="x", pady=4)
         details = json.dumps(tool_call.raw_input, indent=1) if tool_call.raw_input else ""
         tk.Label(card, text=details, justify="left", anchor="w").pack(fill="x")
-        buttons = {}
+        buttons: dict[str, tk.Button] = {}
         for option in handle.request.options:
 
             def click(option_id: str = option.option_id) -> None:
@@ -123,9 +123,9 @@ class ApproverWindow:
         self.say(f"permission asked: {tool_call.title}")
         if self.auto is not None:
             kind = "allow_once" if self.auto == "allow" else "reject_once"
-            button = buttons.get(kind)
-            if button is not None:
-                self.root.after(50, button.invoke)
+            wanted = buttons.get(kind)
+            if wanted is not None:
+                self.root.after(50, wanted.invoke)
 
 
 def interrupted(error: BaseException | None) -> bool:
