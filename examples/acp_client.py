@@ -5,7 +5,8 @@ Starts an ACP agent (by default the reference runtime, ``simhost runtime --stdio
 sends one prompt, prints the agent's reply and tool calls as they stream in, and
 answers each permission request: you pick an option by its number (``q`` or end of
 input answers ``cancelled``), or ``--auto allow|deny`` answers without asking.
-Ctrl-C during the turn sends ``session/cancel``.
+Ctrl-C answers the open question ``cancelled``, stops the agent and exits with
+status 130.
 
 Usage::
 
@@ -21,6 +22,7 @@ import shlex
 import sys
 import tempfile
 from pathlib import Path
+from typing import NoReturn
 
 import trio
 
@@ -34,7 +36,12 @@ from permclient.acp import (
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from terminal_approver import AutoAnswer, make_handler  # the same card and keys
+from terminal_approver import (  # the same card and keys
+    AutoAnswer,
+    first_leaf,
+    leave,
+    make_handler,
+)
 
 DEFAULT_PROMPT = "create notes.txt with hello"
 
@@ -64,7 +71,7 @@ async def main(argv: list[str], cwd: Path, prompt: str, auto: AutoAnswer | None)
     return 0
 
 
-def cli() -> int:
+def cli() -> NoReturn:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--agent", help="the agent's command line (default: the reference one)")
     parser.add_argument("--cwd", type=Path, help="the session's folder (default: a fresh one)")
@@ -75,12 +82,18 @@ def cli() -> int:
         cwd = (args.cwd or Path(scratch)).resolve()
         reference = [sys.executable, "-m", "simhost", "runtime", "--stdio", "--dialect", "acp"]
         argv = shlex.split(args.agent) if args.agent else [*reference, "--workspace", str(cwd)]
+        code = 0
+        # except*: trio raises what a task raised inside an exception group.
         try:
-            return trio.run(main, argv, cwd, args.prompt, args.auto)
-        except KeyboardInterrupt:
+            code = trio.run(main, argv, cwd, args.prompt, args.auto)
+        except* KeyboardInterrupt:
             print("\ninterrupted: the agent is stopped")
-            return 130
+            code = 130
+        except* (permclient.PermclientError, OSError) as errors:
+            print(f"error: {first_leaf(errors)}", file=sys.stderr)
+            code = code or 1
+    leave(code)
 
 
 if __name__ == "__main__":
-    sys.exit(cli())
+    cli()

@@ -11,8 +11,10 @@ answers any card, in any order. Here the UI is lines on standard input:
 * ``ls``: list the open cards.
 
 Cards are numbered in the order they open; a command for a card that has not opened
-yet is kept until it does (so answers can be piped in). End of input dismisses every card
-still open, and any that opens later. Nothing is approved by default.
+yet is kept until it does (so answers can be piped in). A second command for a card
+says how it ended. End of input dismisses every card still open, and any that opens
+later; Ctrl-C answers every open card ``cancelled``, stops the runtime and exits with
+status 130. Nothing is approved by default.
 
 Usage::
 
@@ -45,6 +47,9 @@ class Inbox:
         self.closed = False  # end of input: no one is left to answer
         self.opened = 0  # cards numbered so far
         self.early: dict[int, list[str]] = {}  # what to do with a card once it opens
+        # How each closed card ended. Kept, so that a second command for a card says
+        # "answered" whether or not its handler has returned yet.
+        self.ended: dict[int, str] = {}
 
     async def ask(self, request: PermissionRequest) -> Decision:
         self.opened += 1
@@ -62,7 +67,10 @@ class Inbox:
             # Answered, or withdrawn (turn cancelled, runtime gone): the card goes.
             del self.cards[number]
             if answer.decision is None:
+                self.ended[number] = "withdrawn"
                 print(f"card {number}: withdrawn")
+            else:
+                self.ended[number] = "answered"
 
     def command(self, line: str) -> None:
         words = line.split()
@@ -83,7 +91,7 @@ class Inbox:
     def decide(self, number: int, choice: str) -> None:
         card = self.cards.get(number)
         if card is None:
-            print(f"card {number} is closed")
+            print(f"card {number}: {self.ended[number]}")
             return
         request, answer = card
         option = number_in(choice)
@@ -111,6 +119,13 @@ def number_in(word: str) -> int | None:
     """``word`` as a number if it is a few ASCII digits (``int`` takes "²", and refuses
     more than 4,300 digits)."""
     return int(word) if word.isascii() and word.isdigit() and len(word) < 10 else None
+
+
+def first_leaf(error: BaseException) -> BaseException:
+    """The first exception inside (nested) exception groups."""
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    return error
 
 
 def show(number: int, request: PermissionRequest) -> None:
@@ -172,13 +187,15 @@ def cli() -> int:
     code = 0
     with tempfile.TemporaryDirectory(prefix="card-inbox.") as scratch:
         workspace = Path(scratch).resolve()
+        # except*: trio raises what a task raised inside an exception group.
         try:
             trio.run(main, workspace)
-        except KeyboardInterrupt:
+        except* KeyboardInterrupt:
+            print("\ninterrupted: open cards cancelled, runtime stopped")
             code = 130
-        except (permclient.PermclientError, OSError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            code = 1
+        except* (permclient.PermclientError, OSError) as errors:
+            print(f"error: {first_leaf(errors)}", file=sys.stderr)
+            code = code or 1
         written = sorted(path.name for path in workspace.glob("burst-*.txt"))
         print(f"files written: {', '.join(written) or 'none'}")
     if _reading:

@@ -1,26 +1,36 @@
 """DEMO ONLY: a tiny stand-in agent runtime for ``terminal_approver.py``.
 
-This is not the reference runtime (that is ``simhost runtime``, still to come). It
-is plain Python (stdlib + msgspec), blocking stdio, one message at a time, in the
-bridge dialect: ``Content-Length: N\\r\\n\\r\\n`` + N bytes of JSON on stdin/stdout.
-It never touches the file system beyond reading a file it is asked to edit (to show
-a real diff) and never runs anything: it only *asks* for permission.
+This is not the reference runtime (that is ``simhost runtime``, which really reads,
+writes and runs in its workspace; see docs/runtime.md). It is one plain Python file
+(stdlib + msgspec), blocking stdio, one message at a time, in the bridge dialect:
+``Content-Length: N\\r\\n\\r\\n`` + N bytes of JSON on stdin/stdout. It never writes
+a file and never runs anything: it only *asks* for permission, and reads a file it is
+asked to edit, to show a real diff.
 
 Requests it answers:
 
+* ``initialize`` -> ``{"runtimeInfo": {"name": "demo_agent", "version": "0"}}``
 * ``sessionNew {"title"}`` -> ``{"sessionId": "demo-N"}``
-* ``chatSend {"sessionId", "text"}`` -> ``{"stopReason", "results"}``. The text is a
-  ``;``-separated list of steps, each one tool call:
+* ``chatSend {"sessionId", "text"}`` -> ``{"stopReason", "results"}``, one result
+  per tool call: ``{"toolCallId", "title", "optionId", "outcome", "allowed"}``. The
+  text is a ``;``-separated list of steps, each one tool call:
 
   - ``read FILE``          kind ``read``
   - ``edit FILE TEXT``     kind ``edit`` (a ``diff`` appending TEXT as a line to FILE)
-  - ``run COMMAND...``     kind ``execute`` (``rawInput.command``)
+  - ``run COMMAND...``     kind ``execute`` (``rawInput.command``; also offers
+    "Always allow", which the demo does not remember)
 
-  For each step it sends a ``session/update`` ``tool_call`` (pending), asks
-  ``session/request_permission``, then sends ``tool_call_update`` ``completed`` if an
-  allow option was chosen, else ``failed``. ``$/cancelRequest`` for the ``chatSend``
-  stops the turn (``stopReason: "cancelled"``).
-* ``initialize`` -> a short description; anything else -> error -32601.
+  Other steps are skipped (logged). For each tool call it sends a ``session/update``
+  ``tool_call`` (pending), asks ``session/request_permission``, then sends
+  ``tool_call_update`` ``completed`` if an allow option was chosen, else ``failed``.
+  ``$/cancelRequest`` (or ``$/cancel_request``) for the ``chatSend`` stops the turn
+  after the current question (``stopReason: "cancelled"``). Requests that arrive
+  during a turn are answered after it.
+* anything else -> error -32601.
+
+It exits at the end of its input or when its output is closed (the editor went
+away), on a frame without ``Content-Length``, and on Ctrl-C (status 130, no
+traceback).
 
 Usage: ``python examples/demo_agent.py`` (speaks on stdin/stdout; logs to stderr).
 """
@@ -206,13 +216,20 @@ def handle(message: Message) -> None:
         send({"id": request_id, "error": error})
 
 
-def main() -> None:
-    while True:
-        message = _deferred.popleft() if _deferred else receive()
-        if message is None:
-            return
-        handle(message)
+def main() -> int:
+    try:
+        while True:
+            message = _deferred.popleft() if _deferred else receive()
+            if message is None:
+                return 0
+            handle(message)
+    except KeyboardInterrupt:  # run by hand and stopped: say so, no traceback
+        log("interrupted")
+        return 130
+    except BrokenPipeError:  # the editor went away mid-turn: nothing left to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), _stdout.fileno())  # no flush error at exit
+        return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

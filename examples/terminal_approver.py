@@ -6,7 +6,8 @@ session, sends one prompt and answers the runtime's permission requests:
 * a ``read`` tool call is allowed once automatically;
 * anything else is shown (session, tool, command, diffs) and you pick an option by
   its number. There is no default: an empty line asks again; ``q`` or end of input
-  answers ``cancelled``, which the runtime treats as "no".
+  answers ``cancelled``, which the runtime treats as "no". Ctrl-C answers the open
+question ``cancelled``, stops the agent and exits with status 130.
 
 ``--auto deny`` / ``--auto allow`` answers without asking (for scripts and CI).
 
@@ -27,7 +28,7 @@ import os
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 import msgspec
 import trio
@@ -159,6 +160,13 @@ def make_handler(auto: AutoAnswer | None) -> permclient.PermissionHandler:
     return handler
 
 
+def first_leaf(error: BaseException) -> BaseException:
+    """The first exception inside (nested) exception groups."""
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    return error
+
+
 def print_update(note: InboundNotification) -> None:
     """Show tool-call status lines (a notification callback: sync, must not block)."""
     update = note.params.get("update", {}) if isinstance(note.params, dict) else {}
@@ -197,13 +205,20 @@ def main() -> None:
     args = parser.parse_args()
     auto: Any = args.auto
     code = 0
+    # except*: trio raises what a task raised inside an exception group.
     try:
         trio.run(run, args.prompt, auto)
-    except KeyboardInterrupt:
+    except* KeyboardInterrupt:
+        print("\ninterrupted: open questions cancelled, the agent stopped")
         code = 130
-    except (permclient.PermclientError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        code = 1
+    except* (permclient.PermclientError, OSError) as errors:
+        print(f"error: {first_leaf(errors)}", file=sys.stderr)
+        code = code or 1
+    leave(code)
+
+
+def leave(code: int) -> NoReturn:
+    """Exit with ``code``, even with a prompt thread still blocked in ``input()``."""
     if _blocked_in_input:
         # An abandoned prompt thread still holds stdin's lock; a normal interpreter
         # shutdown would abort on it, so leave without one.

@@ -8,7 +8,10 @@ real editor), ``stop()``. Permission requests become "cards": the editor's
 queue, standing in for a toolkit's run-on-main-thread), and the user's click
 calls ``handle.answer(...)`` from whichever thread it happens on.
 
-``--auto allow|deny`` clicks for you (for scripts and CI).
+``--auto allow|deny`` clicks for you (for scripts and CI). Without it, the card
+asks on stdin (from a thread of its own: the UI thread never blocks); end of input
+clicks "deny", and Ctrl-C withdraws the open cards (the runtime gets
+``cancelled``), stops the runtime and exits with status 130.
 
 Usage::
 
@@ -20,6 +23,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import os
 import queue
 import sys
 import tempfile
@@ -28,6 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import permclient
 from permclient import Selected
 from permclient.embed import BlockingClient, PermissionHandle, open_blocking
 
@@ -82,6 +87,23 @@ class AgentPlugin:
         self._ui.stop()
 
 
+_blocked_in_input: set[int] = set()  # prompt threads inside input(), abandoned ones too
+
+
+def ask_on_stdin(click: Callable[[str], None]) -> None:
+    """The user's answer, from stdin: ``y`` allows, anything else (or end of input) denies."""
+    me = threading.get_ident()
+    _blocked_in_input.add(me)
+    try:
+        line = input("allow? [y/N] ")
+    except EOFError:
+        line = ""
+        print("(end of input: denied)", flush=True)
+    finally:
+        _blocked_in_input.discard(me)
+    click("allow" if line.strip().lower() == "y" else "deny")
+
+
 def make_show_card(auto: str | None) -> Callable[[PermissionHandle], None]:
     def show_card(handle: PermissionHandle) -> None:
         tool_call = handle.request.tool_call
@@ -90,6 +112,8 @@ def make_show_card(auto: str | None) -> Callable[[PermissionHandle], None]:
         wanted = {"allow": "allow_once", "deny": "reject_once"}
 
         def click(choice: str) -> None:
+            if handle.done:
+                return  # the card was withdrawn while the user looked at it
             option = next((o for o in handle.request.options if o.kind == wanted[choice]), None)
             if option is None:
                 handle.cancel()
@@ -97,17 +121,17 @@ def make_show_card(auto: str | None) -> Callable[[PermissionHandle], None]:
                 handle.answer(Selected(option.option_id))
             print(f"[{threading.current_thread().name}] clicked: {choice}", flush=True)
 
+        # The click comes from another thread than the card: that is fine. The card
+        # itself returns at once, as a real one would: the UI thread never waits.
         if auto is not None:
-            # The click comes from another thread than the card: that is fine.
             threading.Thread(target=click, args=(auto,), name="click").start()
         else:
-            line = input("allow? [y/N] ")
-            click("allow" if line.strip().lower() == "y" else "deny")
+            threading.Thread(target=ask_on_stdin, args=(click,), name="click", daemon=True).start()
 
     return show_card
 
 
-def cli() -> None:
+def cli() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workspace", help="the runtime's workspace (default: a temp folder)")
     parser.add_argument("--prompt", default="create notes.txt with hello from a plugin")
@@ -119,13 +143,28 @@ def cli() -> None:
         argv = [sys.executable, "-m", "simhost", "runtime", "--stdio"]
         argv += ["--workspace", workspace, "--state-dir", str(Path(scratch) / "state")]
         plugin = AgentPlugin(argv, make_show_card(args.auto))
-        plugin.start()
+        code = 0
         try:
-            print(f"turn ended: {plugin.send(args.prompt)}", flush=True)
-        finally:
-            plugin.stop()
-        print("runtime stopped", flush=True)
+            try:
+                plugin.start()
+                print(f"turn ended: {plugin.send(args.prompt)}", flush=True)
+            finally:
+                plugin.stop()
+            print("runtime stopped", flush=True)
+        except KeyboardInterrupt:
+            print("\ninterrupted: open cards withdrawn, runtime stopped", flush=True)
+            code = 130
+        except (permclient.PermclientError, OSError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            code = 1
+    if _blocked_in_input:
+        # A prompt thread still inside input() holds stdin's lock; a normal interpreter
+        # shutdown would abort on it, so leave without one.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 if __name__ == "__main__":
-    cli()
+    sys.exit(cli())

@@ -9,7 +9,9 @@ runtime, and only then destroys the window (in ``on_done``).
 
 ``--auto allow|deny`` presses the button for you once the card is shown (the
 real button, through ``Button.invoke``) and closes the window when the turn ends:
-that is how the tests run it, under a virtual display (Xvfb).
+that is how the tests run it, under a virtual display (Xvfb). Without a display it
+says so in one line and exits with status 1; Ctrl-C in the terminal answers every
+open question ``cancelled``, stops the runtime and exits with status 130.
 
 Usage::
 
@@ -83,7 +85,11 @@ class ApproverWindow:
         self.client.close()
 
     def on_done(self, error: BaseException | None) -> None:
-        if error is not None:
+        if interrupted(error):
+            # Ctrl-C: trio's guest run takes SIGINT (outside its tasks too) and closes.
+            print("interrupted: open questions cancelled", flush=True)
+            self.exit_code = 130
+        elif error is not None:
             print(f"the client failed: {error!r}", file=sys.stderr)
             self.exit_code = 1
         print("runtime stopped", flush=True)
@@ -97,7 +103,7 @@ class ApproverWindow:
         card.pack(fill="x", pady=4)
         details = json.dumps(tool_call.raw_input, indent=1) if tool_call.raw_input else ""
         tk.Label(card, text=details, justify="left", anchor="w").pack(fill="x")
-        buttons = {}
+        buttons: dict[str, tk.Button] = {}
         for option in handle.request.options:
 
             def click(option_id: str = option.option_id) -> None:
@@ -117,9 +123,16 @@ class ApproverWindow:
         self.say(f"permission asked: {tool_call.title}")
         if self.auto is not None:
             kind = "allow_once" if self.auto == "allow" else "reject_once"
-            button = buttons.get(kind)
-            if button is not None:
-                self.root.after(50, button.invoke)
+            wanted = buttons.get(kind)
+            if wanted is not None:
+                self.root.after(50, wanted.invoke)
+
+
+def interrupted(error: BaseException | None) -> bool:
+    """Whether ``error`` is Ctrl-C, alone or inside trio's exception groups."""
+    if isinstance(error, BaseExceptionGroup):
+        return error.subgroup(KeyboardInterrupt) is not None
+    return isinstance(error, KeyboardInterrupt)
 
 
 def main() -> int:
@@ -133,9 +146,13 @@ def main() -> int:
         Path(workspace).mkdir(parents=True, exist_ok=True)
         argv = [sys.executable, "-m", "simhost", "runtime", "--stdio"]
         argv += ["--workspace", workspace, "--state-dir", str(Path(scratch) / "state")]
-        root = tk.Tk()
+        try:
+            root = tk.Tk()
+        except tk.TclError as exc:  # no display, or one we may not use
+            print(f"tk_approver: cannot open a window: {exc}", file=sys.stderr)
+            return 1
         window = ApproverWindow(root, argv, args.prompt, args.auto)
-        root.mainloop()
+        root.mainloop()  # Ctrl-C: trio's guest run takes SIGINT; on_done sees it
         return window.exit_code
 
 

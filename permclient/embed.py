@@ -9,9 +9,13 @@ An editor plugin rarely owns the event loop. This module runs a permclient
 * in a background thread, behind a synchronous facade (:func:`open_blocking`).
 
 In both, a permission handler is a plain function ``fn(handle)`` run on the thread
-the host chooses (its ``dispatch`` callable). It shows a card and returns; the UI
-later completes the :class:`PermissionHandle` (``handle.answer(Selected("allow"))``
-or ``handle.cancel()``) from any thread, exactly once. When the runtime withdraws
+the host chooses (its ``dispatch`` callable). It shows a card and returns ``None``;
+the UI later completes the :class:`PermissionHandle` (``handle.answer(Selected(id))``
+or ``handle.cancel()``) from any thread, exactly once. A handler that knows the
+answer at once may return it instead (a ``Selected`` or ``Cancelled``); any other
+return value, for a question it did not answer, answers ``cancelled``. An
+``async def`` handler is refused at registration (``TypeError``), except by
+:class:`AsyncioClient`, which runs it as an asyncio task. When the runtime withdraws
 the question (its cancel, a turn cancel, teardown) the handle's ``on_cancelled``
 callbacks run through ``dispatch`` so the UI can remove the card. Closing the host
 or the plugin answers every open question ``cancelled`` and stops the runtime.
@@ -24,6 +28,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import functools
+import inspect
 import logging
 import math
 import os
@@ -51,7 +56,11 @@ T = TypeVar("T")
 Dispatch: TypeAlias = Callable[[Callable[[], object]], object]
 """Runs a callable soon on the thread the host chooses; must be safe from any thread."""
 HandleFunction: TypeAlias = Callable[["PermissionHandle"], object]
-"""A permission handler for an embedded client: shows ``handle.request``, then returns."""
+"""A permission handler for an embedded client: shows ``handle.request``, then returns.
+
+It returns ``None`` (the UI answers the handle later) or, knowing the answer at
+once, a :class:`~permclient.Decision`.
+"""
 DoneCallback: TypeAlias = Callable[[BaseException | None], object]
 """Told, on the host's thread, that the embedded run finished: ``None`` or its error."""
 Target: TypeAlias = (
@@ -411,12 +420,14 @@ class _Embedded:
 
         return handler
 
-    def _register(self, session_id: str, fn: HandleFunction) -> Registration:
+    def _register(
+        self, session_id: str, fn: HandleFunction, timeout: float | None
+    ) -> Registration:
         """Register on the trio thread (the caller makes sure it is there)."""
         client = self._require_client()
         if self._stop.is_set() or client.closed_reason is not None:
             raise ConnectionClosed(client.closed_reason or _CLOSED_REASON)
-        context = client.permission_handler(session_id, self._wrap(fn))
+        context = client.permission_handler(session_id, self._wrap(fn), timeout=timeout)
         context.__enter__()
         self._registrations.add(context)
         return Registration(functools.partial(self._unregister, context))
@@ -448,13 +459,62 @@ class _Embedded:
         return self._finished.is_set()
 
 
+def _is_async_callable(fn: object) -> bool:
+    """``async def`` functions, async generator functions, and objects whose call is one."""
+    call = inspect.getattr_static(type(fn), "__call__", None)  # an object: its method decides
+    return any(
+        inspect.iscoroutinefunction(f) or inspect.isasyncgenfunction(f) for f in (fn, call)
+    )
+
+
+def _check_handle_function(fn: object, registrar: str) -> None:
+    """Refuse, at registration, a handler this facade would never get an answer from."""
+    if not callable(fn):
+        raise TypeError(f"a permission handler must be callable, not {fn!r}")
+    if _is_async_callable(fn):
+        raise TypeError(
+            f"{registrar}.permission_handler: {fn!r} is an async function, and this client "
+            "has no event loop to run it on. Pass a plain function fn(handle) that answers "
+            "through the handle (or returns a Decision); use asyncio_client() for asyncio "
+            "coroutine handlers, or permclient.Client.permission_handler from trio code."
+        )
+
+
 def _call_handler(fn: HandleFunction, handle: PermissionHandle) -> None:
     try:
-        fn(handle)
+        returned = fn(handle)
     except Exception:
         log.exception("permission handler %r failed; answered cancelled", fn)
         if not handle.done:
             handle.cancel()
+        return
+    _answer_from_return(fn, handle, returned)
+
+
+def _answer_from_return(fn: object, handle: PermissionHandle, returned: object) -> None:
+    """What a handler function returned: ``None`` (it answers later) or its answer.
+
+    Once the handler answered through the handle its return value is not an answer
+    (``lambda h: h.answer(...)`` returns a bool). Otherwise a ``Decision`` answers
+    (checked as any answer); anything else would leave the question open with no
+    one to answer it, so it answers ``cancelled``.
+    """
+    if returned is None or handle.done:
+        if inspect.iscoroutine(returned):
+            returned.close()  # never awaited, and must not warn so
+        return
+    if isinstance(returned, Selected | Cancelled):
+        handle.answer(returned)
+        return
+    if inspect.iscoroutine(returned):
+        returned.close()
+    log.error(
+        "permission handler %r returned %r, neither None (answer through the handle later) "
+        "nor a Decision; answered cancelled",
+        fn,
+        returned,
+    )
+    handle.cancel()
 
 
 def _fail(future: concurrent.futures.Future[Any], exc: BaseException) -> None:
@@ -492,18 +552,26 @@ class GuestClient(_Embedded):
         await client.notify(method, params)
         return None
 
-    def permission_handler(self, session_id: str, fn: HandleFunction) -> Registration:
+    def permission_handler(
+        self, session_id: str, fn: HandleFunction, *, timeout: float | None = None
+    ) -> Registration:
         """Route ``session_id``'s permission requests to ``fn(handle)``, run via ``dispatch``.
 
-        Registered when this returns. Returns a :class:`~permclient.Registration`:
-        ``close()`` it (or leave its ``with`` block) to stop routing; questions
-        still open with it are then answered ``cancelled`` and their handles
-        withdrawn (on the run's next tick). Call on the host's loop thread, after
-        the client is ready. Raises :class:`ValueError` for an empty id and
+        ``fn`` returns ``None`` and the UI answers the handle later, or it returns
+        its answer (a ``Decision``); see the module doc. Registered when this
+        returns. Returns a :class:`~permclient.Registration`: ``close()`` it (or
+        leave its ``with`` block) to stop routing; questions still open with it are
+        then answered ``cancelled`` and their handles withdrawn (on the run's next
+        tick). With ``timeout`` (seconds), a question still open that long after
+        it arrived is answered ``cancelled`` and its handle withdrawn. Call on the
+        host's loop thread, after the client is ready. Raises :class:`TypeError`
+        for an ``async def`` (or not callable) ``fn``, :class:`ValueError` for an
+        empty id or a ``timeout`` that is not a positive number of seconds, and
         :class:`~permclient.ConnectionClosed` before the client is connected and
         once :meth:`close` was called.
         """
-        registration = self._register(session_id, fn)
+        _check_handle_function(fn, type(self).__name__)
+        registration = self._register(session_id, fn, timeout)
 
         # Undone inside a trio tick: answering wakes the writer, which needs the run.
         def undo() -> None:
@@ -575,12 +643,46 @@ def start_guest(
 # --------------------------------------------------------------------- asyncio
 
 
+def _run_as_task(
+    coroutine_fn: Callable[[PermissionRequest], Awaitable[Decision]], handle: PermissionHandle
+) -> None:
+    """Run an asyncio coroutine handler for ``handle``; its result is the answer."""
+    import asyncio
+
+    if handle.done:
+        return  # withdrawn before its turn on the loop: no task for it
+    try:
+        task = asyncio.ensure_future(coroutine_fn(handle.request))
+    except Exception:  # e.g. it returned no awaitable: exactly one answer, still
+        log.exception("permission handler %r failed; answered cancelled", coroutine_fn)
+        handle.cancel()
+        return
+
+    def finished(task: asyncio.Future[Decision]) -> None:
+        if handle.done:
+            return
+        try:
+            if task.cancelled() or task.exception() is not None:
+                if not task.cancelled():
+                    log.error("permission handler failed", exc_info=task.exception())
+                handle.cancel()
+            else:
+                handle.answer(task.result())
+        except Exception:  # exactly one answer, whatever went wrong
+            log.exception("answering from a permission handler failed")
+            handle.cancel()
+
+    task.add_done_callback(finished)
+    handle.on_cancelled(lambda _handle: task.cancel())
+
+
 class AsyncioClient:
     """The asyncio face of a :class:`GuestClient` (made by :func:`asyncio_client`).
 
-    Permission handlers may be plain functions ``fn(handle)`` (run on the loop) or
+    Permission handlers may be plain functions ``fn(handle)`` (run on the loop; they
+    return ``None`` and answer the handle later, or return their ``Decision``) or
     ``async def fn(request) -> Decision`` coroutine functions (run as asyncio tasks,
-    cancelled when the question is withdrawn).
+    cancelled when the question is withdrawn; the result is the answer).
     """
 
     def __init__(self, guest: GuestClient) -> None:
@@ -605,38 +707,23 @@ class AsyncioClient:
         self,
         session_id: str,
         handler: HandleFunction | Callable[[PermissionRequest], Awaitable[Decision]],
+        *,
+        timeout: float | None = None,
     ) -> Registration:
-        """Route ``session_id``'s permission requests to ``handler``; see the class doc."""
-        import asyncio
-        import inspect
+        """Route ``session_id``'s permission requests to ``handler``; see the class doc.
 
-        if not inspect.iscoroutinefunction(handler):
-            return self.guest.permission_handler(session_id, handler)  # type: ignore[arg-type]
+        ``timeout`` and the errors raised are those of :meth:`GuestClient.permission_handler`.
+        """
+        if not _is_async_callable(handler):
+            return self.guest.permission_handler(
+                session_id,
+                cast(HandleFunction, handler),
+                timeout=timeout,
+            )
         coroutine_fn = cast(Callable[[PermissionRequest], Awaitable[Decision]], handler)
-
-        def run_task(handle: PermissionHandle) -> None:
-            if handle.done:
-                return  # withdrawn before its turn on the loop: no task for it
-            task = asyncio.ensure_future(coroutine_fn(handle.request))
-
-            def finished(task: asyncio.Future[Decision]) -> None:
-                if handle.done:
-                    return
-                try:
-                    if task.cancelled() or task.exception() is not None:
-                        if not task.cancelled():
-                            log.error("permission handler failed", exc_info=task.exception())
-                        handle.cancel()
-                    else:
-                        handle.answer(task.result())
-                except Exception:  # exactly one answer, whatever went wrong
-                    log.exception("answering from a permission handler failed")
-                    handle.cancel()
-
-            task.add_done_callback(finished)
-            handle.on_cancelled(lambda _handle: task.cancel())
-
-        return self.guest.permission_handler(session_id, run_task)
+        return self.guest.permission_handler(
+            session_id, functools.partial(_run_as_task, coroutine_fn), timeout=timeout
+        )
 
     @property
     def closed_reason(self) -> str | None:
@@ -908,15 +995,24 @@ class BlockingClient(_Embedded):
             future.cancel()  # KeyboardInterrupt while waiting: give the request up
             raise
 
-    def permission_handler(self, session_id: str, fn: HandleFunction) -> Registration:
+    def permission_handler(
+        self, session_id: str, fn: HandleFunction, *, timeout: float | None = None
+    ) -> Registration:
         """Route ``session_id``'s permission requests to ``fn(handle)``, run via ``dispatch``.
 
-        Registered when this returns. The :class:`~permclient.Registration` undoes
-        it (``close()`` or a ``with`` block); questions still open with it are then
-        answered ``cancelled`` and withdrawn. Raises :class:`ValueError` for an
-        empty id and :class:`~permclient.ConnectionClosed` once closed or closing.
+        ``fn`` returns ``None`` and the UI answers the handle later, or it returns
+        its answer (a ``Decision``); see the module doc. Registered when this
+        returns. The :class:`~permclient.Registration` undoes it (``close()`` or a
+        ``with`` block); questions still open with it are then answered
+        ``cancelled`` and withdrawn. With ``timeout`` (seconds), a question still
+        open that long after it arrived is answered ``cancelled`` and withdrawn.
+        Raises :class:`TypeError` for an ``async def`` (or not callable) ``fn``,
+        :class:`ValueError` for an empty id or a ``timeout`` that is not a positive
+        number of seconds, and :class:`~permclient.ConnectionClosed` once closed or
+        closing.
         """
-        registration = self._on_trio_thread(lambda: self._register(session_id, fn))
+        _check_handle_function(fn, type(self).__name__)
+        registration = self._on_trio_thread(lambda: self._register(session_id, fn, timeout))
         return Registration(functools.partial(self._close_registration, registration))
 
     def _close_registration(self, registration: Registration) -> None:

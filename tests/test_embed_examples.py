@@ -1,20 +1,20 @@
 """The embedding examples run, non-interactively, against ``simhost runtime``.
 
 The tkinter example needs a display: an existing ``$DISPLAY``, else an ``Xvfb``
-we start for the test (Debian package ``xvfb``); with neither, it skips and says why.
+we start for the test (Debian package ``xvfb``); with neither, it skips and says why
+(the ``display`` fixture lives in test_examples.py).
 """
 
 from __future__ import annotations
 
 import os
-import select
-import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from .test_examples import display  # noqa: F401 - a fixture, used by name
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -54,42 +54,12 @@ def test_threaded_plugin_shows_cards_on_its_ui_thread(
     assert (tmp_path / "notes.txt").exists() is written
 
 
-@pytest.fixture(scope="module")
-def display() -> Iterator[str]:
-    """A usable X display: ``$DISPLAY`` if set, else a private Xvfb, else skip."""
-    try:
-        import tkinter  # noqa: F401
-    except ImportError as exc:  # pragma: no cover - depends on the Python build
-        pytest.skip(f"tkinter is not available in this Python: {exc}")
-    if os.environ.get("DISPLAY"):
-        yield os.environ["DISPLAY"]
-        return
-    xvfb = shutil.which("Xvfb")
-    if xvfb is None:
-        pytest.skip("no $DISPLAY and no Xvfb on PATH (install Debian's 'xvfb' package)")
-    # -displayfd: Xvfb picks a free display number and writes it to our pipe when ready.
-    server = subprocess.Popen(
-        [xvfb, "-displayfd", "1", "-nolisten", "tcp", "-screen", "0", "800x600x24"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        assert server.stdout is not None
-        ready, _, _ = select.select([server.stdout], [], [], 15)
-        line = server.stdout.readline().strip() if ready else b""
-        if not line:
-            pytest.skip("Xvfb did not start within 15 s")
-        yield f":{line.decode()}"
-    finally:
-        server.terminate()
-        server.wait(10)
-        if server.stdout is not None:
-            server.stdout.close()
-
-
 @pytest.mark.parametrize(("auto", "written"), [("allow", True), ("deny", False)])
 def test_tk_approver_card_buttons_answer_under_a_virtual_display(
-    display: str, tmp_path: Path, auto: str, written: bool
+    display: str,  # noqa: F811 - the fixture imported above
+    tmp_path: Path,
+    auto: str,
+    written: bool,
 ) -> None:
     env = {**os.environ, "DISPLAY": display}
     out = run_example("tk_approver.py", "--workspace", str(tmp_path), "--auto", auto, env=env)

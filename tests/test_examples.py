@@ -1,14 +1,32 @@
-"""The examples run, non-interactively, and do what their docstrings say."""
+"""The examples run, non-interactively, and do what their docstrings say.
+
+Every example that runs as a program ends cleanly and approves nothing with its
+standard input closed, and on Ctrl-C (SIGINT while it waits for the user) exits
+with status 130, without a traceback, having approved nothing.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import select
+import shutil
+import signal
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
+import pytest
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 PYTHON_SDK_AGENT = Path(__file__).resolve().parent / "interop" / "acp_python_agent.py"
+WAIT_S = 60.0
+"""Bound on every wait for an example (generous: the machine may be loaded)."""
 
 
 def run(*args: str, cwd: Path, stdin: str = "") -> subprocess.CompletedProcess[str]:
@@ -86,3 +104,200 @@ def test_card_inbox_survives_commands_for_cards_that_never_open_and_odd_digits(
     assert "card 2: Allow" in out and out.count("turn ended (end_turn)") == 2
     assert "card 2: answered" in out and "card 2: dismissed" not in out  # first answer only
     assert "card 3 has options 1-4, or x" in out  # 4,301 digits: not a number, no crash
+
+
+# ------------------------------------------- every program: closed stdin and Ctrl-C
+
+
+@dataclass(frozen=True)
+class Program:
+    """An example run as a program, and how to tell it approved nothing."""
+
+    name: str
+    args: tuple[str, ...] = ()  # "{w}" stands for the test's workspace
+    waiting: str = ""  # output saying it now waits for the user
+    stdin: bytes = b""  # sent first, to get it to wait (the demo agent needs a request)
+    approved: str = ""  # a regex on its output that only an approval prints
+    written: str = ""  # a file in the workspace that only an approval writes
+    needs_display: bool = False
+
+    def argv(self, workspace: Path) -> list[str]:
+        args = [arg.replace("{w}", str(workspace)) for arg in self.args]
+        return [sys.executable, str(EXAMPLES / self.name), *args]
+
+    def assert_approved_nothing(self, out: str, workspace: Path) -> None:
+        if self.approved:
+            assert re.search(self.approved, out) is None, out
+        if self.written:
+            assert not (workspace / self.written).exists()
+
+
+def _frame(message: dict[str, object]) -> bytes:
+    body = msgspec.json.encode({"jsonrpc": "2.0", **message})
+    return b"Content-Length: %d\r\n\r\n%b" % (len(body), body)
+
+
+PROGRAMS = [
+    Program(
+        "acp_client.py",
+        ("--cwd", "{w}"),
+        waiting="choose 1-",
+        approved=r"call-1: completed",
+        written="notes.txt",
+    ),
+    Program("asyncio_host.py", ("--workspace", "{w}"), "allow? [y/N]", written="notes.txt"),
+    # Its own workspace: "files written: none" is the proof.
+    Program("card_inbox.py", waiting="[card 6]", approved=r"files written: (?!none)"),
+    Program(
+        "demo_agent.py",
+        waiting="Content-Length",  # it answered sessionNew, and waits for the next request
+        stdin=_frame({"id": 1, "method": "sessionNew", "params": {"title": "t"}}),
+    ),
+    # Reads are allowed by its own rule; the edit (call-1-1) and the run (call-1-2) asked.
+    Program("terminal_approver.py", waiting="choose 1-", approved=r"call-1-[12]: completed"),
+    Program("threaded_plugin.py", ("--workspace", "{w}"), "allow? [y/N]", written="notes.txt"),
+    Program(
+        "tk_approver.py",
+        ("--workspace", "{w}"),
+        "permission asked:",
+        written="notes.txt",
+        needs_display=True,
+    ),
+]
+
+
+def test_every_example_that_runs_as_a_program_is_checked_here() -> None:
+    programs = {
+        path.name
+        for path in EXAMPLES.glob("*.py")
+        if 'if __name__ == "__main__":' in path.read_text(encoding="utf-8")
+    }
+    assert programs == {program.name for program in PROGRAMS}
+
+
+class Reader:
+    """Everything a pipe delivers, read by a thread; wait for text with a bound."""
+
+    def __init__(self, pipe: int) -> None:
+        self._pipe = pipe
+        self._data = bytearray()
+        self._changed = threading.Condition()
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        while chunk := os.read(self._pipe, 65536):
+            with self._changed:
+                self._data += chunk
+                self._changed.notify_all()
+
+    def wait_for(self, text: str, timeout: float) -> bool:
+        with self._changed:
+            return self._changed.wait_for(lambda: text.encode() in self._data, timeout)
+
+    def text(self) -> str:
+        self._thread.join(WAIT_S)  # the pipe is at its end once the process is gone
+        return self._data.decode(errors="replace")
+
+
+@pytest.mark.parametrize("program", PROGRAMS, ids=lambda program: program.name)
+def test_with_stdin_closed_an_example_ends_cleanly_and_approves_nothing(
+    program: Program, tmp_path: Path
+) -> None:
+    env = {**os.environ}
+    if program.needs_display:
+        env.pop("DISPLAY", None)  # a window that waits for a click would wait forever
+    result = subprocess.run(
+        program.argv(tmp_path),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+        cwd=tmp_path,
+        env=env,
+        check=False,
+    )
+    assert "Traceback" not in result.stderr
+    if program.needs_display:  # no display: one line that says why, and a failure status
+        assert result.returncode == 1
+        assert result.stderr.count("\n") == 1 and "cannot open a window" in result.stderr
+    else:
+        assert result.returncode == 0, result.stderr
+    program.assert_approved_nothing(result.stdout, tmp_path)
+
+
+@pytest.fixture
+def display_for(request: pytest.FixtureRequest, program: Program) -> str | None:
+    """A display for the programs that need one (see :func:`display`), else None."""
+    return str(request.getfixturevalue("display")) if program.needs_display else None
+
+
+@pytest.mark.parametrize("program", PROGRAMS, ids=lambda program: program.name)
+def test_ctrl_c_while_an_example_waits_exits_130_without_a_traceback_approving_nothing(
+    program: Program, display_for: str | None, tmp_path: Path
+) -> None:
+    env = {**os.environ}
+    if display_for is not None:
+        env["DISPLAY"] = display_for
+    process = subprocess.Popen(
+        program.argv(tmp_path),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert process.stdin is not None and process.stdout is not None
+    assert process.stderr is not None
+    out, err = Reader(process.stdout.fileno()), Reader(process.stderr.fileno())
+    try:
+        # Standard input stays open and silent: a person who has not typed yet.
+        process.stdin.write(program.stdin)
+        process.stdin.flush()
+        assert out.wait_for(program.waiting, WAIT_S), (out.text(), err.text())
+        process.send_signal(signal.SIGINT)
+        code = process.wait(WAIT_S)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(WAIT_S)
+        process.stdin.close()
+        stdout, stderr = out.text(), err.text()
+        process.stdout.close()
+        process.stderr.close()
+    assert code == 130, (stdout, stderr)
+    assert "Traceback" not in stderr and "Fatal Python error" not in stderr, stderr
+    program.assert_approved_nothing(stdout, tmp_path)
+
+
+@pytest.fixture(scope="module")
+def display() -> Iterator[str]:
+    """A usable X display: ``$DISPLAY`` if set, else a private Xvfb, else skip."""
+    try:
+        import tkinter  # noqa: F401
+    except ImportError as exc:  # pragma: no cover - depends on the Python build
+        pytest.skip(f"tkinter is not available in this Python: {exc}")
+    if os.environ.get("DISPLAY"):
+        yield os.environ["DISPLAY"]
+        return
+    xvfb = shutil.which("Xvfb")
+    if xvfb is None:
+        pytest.skip("no $DISPLAY and no Xvfb on PATH (install Debian's 'xvfb' package)")
+    # -displayfd: Xvfb picks a free display number and writes it to our pipe when ready.
+    server = subprocess.Popen(
+        [xvfb, "-displayfd", "1", "-nolisten", "tcp", "-screen", "0", "800x600x24"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert server.stdout is not None
+        ready, _, _ = select.select([server.stdout], [], [], 15)
+        line = server.stdout.readline().strip() if ready else b""
+        if not line:
+            pytest.skip("Xvfb did not start within 15 s")
+        yield f":{line.decode()}"
+    finally:
+        server.terminate()
+        server.wait(10)
+        if server.stdout is not None:
+            server.stdout.close()
