@@ -38,8 +38,7 @@ def plain_console(*, stderr: bool = False) -> Console:
 def one_line(text: str) -> str:
     """``text`` on one line: line breaks and other control characters written as escapes."""
     return "".join(
-        ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii")
-        for ch in text
+        ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text
     )
 
 

@@ -25,7 +25,6 @@ from rich.console import Console
 from rich.text import Text
 
 import permclient
-
 from simhost._usage import USAGE, one_line, plain_console
 
 from .app import DEFAULT_ARM_DELAY_S, ChatApp, ChatOptions
