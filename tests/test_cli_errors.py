@@ -16,6 +16,7 @@ import msgspec
 import pytest
 from rich.console import Console
 
+from simhost._usage import check_writable_file
 from simhost.run.cli import _LiveView
 from simhost.run.report import summary
 from simhost.run.runner import RunEvent, ScenarioResult, TurnResult
@@ -188,3 +189,18 @@ def test_run_reports_show_scenario_and_session_names_as_written() -> None:
     view = _LiveView(MARKUP)
     view.update(RunEvent(kind="session_started", repeat=1, session=MARKUP, turns=1))
     assert _render(view).count(MARKUP) == 2  # the title and the session's row
+
+
+def test_the_report_path_check_leaves_no_trace_and_never_blocks(tmp_path: Path) -> None:
+    existing = tmp_path / "old.xml"
+    existing.write_text("kept\n")
+    check_writable_file(existing)
+    assert existing.read_text() == "kept\n"
+    check_writable_file(tmp_path / "new.xml")
+    assert not (tmp_path / "new.xml").exists()
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(OSError):
+        check_writable_file(fifo)  # no reader: refused at once, not a blocked write at the end
+    with pytest.raises(IsADirectoryError):
+        check_writable_file(tmp_path)

@@ -127,10 +127,11 @@ def run_command(
     if junit is not None and json_path is not None and junit.absolute() == json_path.absolute():
         raise fail(command, f"--junit and --json name the same file {str(junit)!r}")
     for option, report in (("--junit", junit), ("--json", json_path)):
+        if report is None:
+            continue
         # Checked before anything runs: a long run must not end in a report it cannot write.
         try:
-            if report is not None:
-                check_writable_file(report)
+            check_writable_file(report)
         except OSError as exc:
             why = exc.strerror or str(exc)
             raise fail(command, f"{option} {str(report)!r}: cannot write: {why}") from None
