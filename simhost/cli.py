@@ -1,9 +1,20 @@
-"""The ``simhost`` command line: one Typer app, one sub-command per role."""
+"""The ``simhost`` command line: one Typer app, one sub-command per role.
+
+Help is Click's plain text (no Rich markup: ``[...]`` in a help text stays as
+written, and no ``<bool>`` type labels). A usage error (an unknown command or
+option, a bad value) is one line on stderr and exit code 2; see
+:mod:`simhost._usage` for every command's exit codes.
+"""
 
 from __future__ import annotations
 
-import typer
+import sys
+from typing import Final
 
+import typer
+from rich.text import Text
+
+from simhost._usage import USAGE, one_line, plain_console
 from simhost.chat.cli import chat_command
 from simhost.run.cli import run_command
 from simhost.runtime.cli import runtime_command
@@ -16,15 +27,44 @@ app = typer.Typer(
         "deterministic stand-in agent runtime (runtime), and a runner of scripted multi-turn "
         "concurrency scenarios against any agent (run)."
     ),
-    no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
 app.command("chat")(chat_command)
 app.command("runtime")(runtime_command)
 app.command("run")(run_command)
 
 
-def main() -> None:
+@app.callback(invoke_without_command=True)
+def _no_command(ctx: typer.Context) -> None:
+    if ctx.invoked_subcommand is None:
+        typer.echo(ctx.get_help(), err=True)
+        raise typer.Exit(USAGE)
+
+
+def _click_exception() -> type[Exception]:
+    """Click's ``ClickException`` (Typer bundles its own Click from 0.17 on: found by name)."""
+    for cls in typer.BadParameter.__mro__:
+        if cls.__name__ == "ClickException":
+            return cls
+    return typer.BadParameter  # pragma: no cover - every Click has it
+
+
+_CLICK_EXCEPTION: Final = _click_exception()
+
+
+def main(args: list[str] | None = None) -> None:
     """Entry point of the ``simhost`` console script."""
-    app()
+    try:
+        code = app(args=args, prog_name="simhost", standalone_mode=False)
+    except _CLICK_EXCEPTION as exc:
+        ctx = getattr(exc, "ctx", None)
+        where = ctx.command_path if ctx is not None else "simhost"
+        message = one_line(exc.format_message())  # type: ignore[attr-defined]
+        plain_console(stderr=True).print(Text(f"{where}: {message}"), soft_wrap=True)
+        code = exc.exit_code  # type: ignore[attr-defined]
+    except typer.Abort:
+        plain_console(stderr=True).print(Text("simhost: aborted"))
+        code = 1
+    sys.exit(code if isinstance(code, int) else 0)

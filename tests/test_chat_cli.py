@@ -81,7 +81,10 @@ def test_a_runtime_that_dies_ends_the_chat_with_1_and_its_log(tmp_path: Path) ->
     cmd = shlex.join([sys.executable, "-c", script])
     result = run_chat(tmp_path, "--runtime-cmd", cmd, "--state-dir", str(tmp_path / "st"))
     assert result.returncode == 1
-    assert "boom: no model here" in result.stdout
+    assert result.stderr.splitlines()[-2:] == [
+        "runtime stderr (last lines):",
+        "boom: no model here",
+    ]
     assert (tmp_path / "st" / "chat-runtime.log").read_text() == "boom: no model here\n"
 
 

@@ -1,5 +1,5 @@
 """The state folder: odd files there are skipped with a warning (never a crash, never a hang),
-a ``sessions`` that is not a folder is a one-line error with exit code 1, saved sessions stay
+a ``sessions`` that is not a folder is a one-line error with exit code 2, saved sessions stay
 small enough to load again, and each workspace has its own state folder by default."""
 
 from __future__ import annotations
@@ -138,12 +138,12 @@ def test_a_saved_session_stays_well_under_the_size_limit(tmp_path: Path) -> None
 # ------------------------------------------------------ sessions is not a folder
 
 
-def test_sessions_as_a_plain_file_is_one_line_and_exit_code_1(tmp_path: Path) -> None:
+def test_sessions_as_a_plain_file_is_one_line_and_exit_code_2(tmp_path: Path) -> None:
     state = tmp_path / "state"
     state.mkdir()
     (state / "sessions").write_text("not a folder")
     done = run_runtime(tmp_path, state)
-    assert done.returncode == 1
+    assert done.returncode == 2
     stderr = done.stderr.decode()
     assert "Traceback" not in stderr and "ExceptionGroup" not in stderr
     assert len(stderr.strip().splitlines()) == 1

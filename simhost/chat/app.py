@@ -143,6 +143,8 @@ class ChatApp:
         self.init: InitializeResult | None = None
         self.ready = trio.Event()
         """Set once the first session is open and the prompt is up."""
+        self.start_failure: str | None = None
+        """Why the peer went away before the chat was ready: told by the caller, with its log."""
         self._log_tail = log_tail
         self._registrations = ExitStack()
         self._adopted: set[str] = set()
@@ -708,10 +710,15 @@ class ChatApp:
         job.scope.cancel()
 
     def _connection_lost(self, reason: str) -> None:
-        if self._closing:
-            return
-        self._note(f"the runtime connection is gone ({reason})", style="bold red")
-        self._show_log_tail()
+        if not self._closing:
+            self._peer_gone(f"the {self.backend.role} connection is gone ({reason})")
+
+    def _peer_gone(self, message: str) -> None:
+        if self.ready.is_set():
+            self._note(message, style="bold red")
+            self._show_log_tail()
+        else:
+            self.start_failure = message
         self.quit(1)
 
     def _show_log_tail(self) -> None:
@@ -730,9 +737,7 @@ class ChatApp:
     async def _watch_process(self, process: trio.Process) -> None:
         code = await process.wait()
         if not self._closing:
-            self._note(f"the runtime exited (code {code})", style="bold red")
-            self._show_log_tail()
-            self.quit(1)
+            self._peer_gone(f"the {self.backend.role} exited (code {code})")
 
     # -------------------------------------------------------------- sessions
 

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Annotated
 
 import trio
 import typer
-from rich.console import Console
 
 from permclient import DialectName
+from simhost._usage import fail
 
 __all__ = ["chat_command"]
 
@@ -19,6 +20,8 @@ def chat_command(
         Path,
         typer.Option(
             help="Folder the agent works in (passed to the runtime). Default: the current folder.",
+            metavar="DIR",
+            show_default=False,
             exists=True,
             file_okay=False,
             dir_okay=True,
@@ -28,16 +31,17 @@ def chat_command(
     policy: Annotated[
         str | None,
         typer.Option(
-            help="Human-in-the-loop policy: a shipped policy's NAME or a JSON file's PATH "
-            "(passed to the runtime).",
+            help="Human-in-the-loop policy of the reference runtime: a shipped policy's NAME "
+            "or a JSON file's PATH (checked before it starts; not with --agent).",
             metavar="NAME|PATH",
         ),
     ] = None,
     state_dir: Annotated[
         Path | None,
         typer.Option(
-            help="Where the runtime keeps its sessions (passed to the runtime); the runtime's "
-            "log goes there too, as chat-runtime.log.",
+            help="Where the reference runtime keeps its sessions; its log (or the --agent's "
+            "stderr) is appended to chat-runtime.log there.",
+            metavar="DIR",
             file_okay=False,
             resolve_path=True,
         ),
@@ -46,6 +50,7 @@ def chat_command(
         Path | None,
         typer.Option(
             help="Append one JSON object per approval event to this file.",
+            metavar="FILE",
             dir_okay=False,
             resolve_path=True,
         ),
@@ -87,24 +92,42 @@ def chat_command(
     cancelled, Enter alone does nothing. Ctrl-C cancels a running turn (ACP:
     session/cancel); at the prompt it leaves. /help lists the commands. With stdin
     not a terminal, each line is a prompt, a command or a card's answer.
+
+    Exit code: 0 after /quit or the end of input, 1 if the agent could not start,
+    died or broke the connection, 2 for a usage error (nothing is started), 130
+    when interrupted while starting.
     """
-    err = Console(stderr=True)
-    if agent is not None and runtime_cmd is not None:
-        err.print("simhost chat: give --agent or --runtime-cmd, not both")
-        raise typer.Exit(2)
+    command = "simhost chat"
     if dialect not in (None, "acp", "bridge"):
-        err.print(f"simhost chat: unknown dialect {dialect!r}: expected acp or bridge")
-        raise typer.Exit(2)
+        raise fail(command, f"unknown dialect {dialect!r}: expected acp or bridge")
+    if agent is not None and runtime_cmd is not None:
+        raise fail(command, "give --agent or --runtime-cmd, not both")
     if runtime_cmd is not None:
         if dialect == "acp":
-            err.print("simhost chat: --runtime-cmd is a bridge runtime: use --agent for ACP")
-            raise typer.Exit(2)
+            raise fail(command, "--runtime-cmd is a bridge runtime: use --agent for ACP")
         agent, dialect = runtime_cmd, "bridge"
+    option = "--runtime-cmd" if runtime_cmd is not None else "--agent"
+    if agent is not None:
+        try:
+            words = shlex.split(agent)
+        except ValueError as exc:
+            raise fail(command, f"{option} {agent!r}: cannot split like a shell: {exc}") from None
+        if not words or not words[0]:
+            raise fail(command, f"{option} {agent!r}: the agent's command is empty")
+        if policy is not None:
+            # Only the reference runtime takes a policy: an agent has its own settings.
+            raise fail(command, f"--policy is for the reference runtime: not with {option}")
+    elif policy is not None:
+        # Checked here, before anything starts, with the runtime's own loader.
+        from simhost.runtime.policy import PolicyError, load_policy
+
+        try:
+            _, policy = load_policy(policy)
+        except PolicyError as exc:
+            raise fail(command, str(exc)) from None
     chosen: DialectName = (
         "acp" if dialect == "acp" or (dialect is None and agent is not None) else "bridge"
     )
-    if policy is not None and Path(policy).expanduser().is_file():
-        policy = str(Path(policy).expanduser().resolve())
     # Imported here so `simhost runtime` never pays for the chat's modules.
     from simhost.chat.launch import ChatConfig, run_chat
 
@@ -116,8 +139,5 @@ def chat_command(
         runtime_cmd=agent,
         dialect=chosen,
     )
-    if agent is not None and not config.runtime_argv():
-        err.print("simhost chat: the agent's command is empty")
-        raise typer.Exit(2)
     code = trio.run(run_chat, config)
     raise typer.Exit(code)

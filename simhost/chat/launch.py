@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.text import Text
 
 import permclient
+from simhost._usage import USAGE, one_line, plain_console
 
 from .app import DEFAULT_ARM_DELAY_S, ChatApp, ChatOptions
 from .backends import AcpBackend
@@ -58,7 +59,7 @@ class ChatConfig:
         ``--state-dir`` when given); ``runtime_cmd`` split like a shell would,
         used as it is, otherwise.
         """
-        if self.runtime_cmd:
+        if self.runtime_cmd is not None:
             return shlex.split(self.runtime_cmd)
         argv = [sys.executable, "-m", "simhost", "runtime", "--stdio"]
         argv += ["--workspace", str(self.workspace)]
@@ -137,9 +138,14 @@ async def run_chat(
     err_console: Console | None = None,
     stdin_fd: int = 0,
 ) -> int:
-    """Run ``simhost chat``; returns the exit code (see :meth:`ChatApp.run`)."""
-    console = console or Console(highlight=False)
-    err_console = err_console or Console(stderr=True, highlight=False)
+    """Run ``simhost chat``; returns the exit code (see :meth:`ChatApp.run`).
+
+    2, with nothing started, when the telemetry file or the state folder cannot
+    be opened; 1, with the agent's stderr tail, when the agent could not start
+    or went away before the first session was open.
+    """
+    console = console or plain_console()
+    err_console = err_console or plain_console(stderr=True)
     keyboard = os.isatty(stdin_fd) and console.is_terminal
     options = (
         ChatOptions(input_mode="keys", arm_delay=DEFAULT_ARM_DELAY_S)
@@ -147,18 +153,27 @@ async def run_chat(
         else ChatOptions(input_mode="lines", arm_delay=0.0)
     )
     argv = config.runtime_argv()
-    cwd = config.workspace if config.runtime_cmd else None
+    cwd = config.workspace if config.runtime_cmd is not None else None
     peer = "agent" if config.dialect == "acp" else "runtime"
     send, receive = trio.open_memory_channel[InputEvent](1024)
     code = 1
     with ExitStack() as stack:
-        telemetry = (
-            stack.enter_context(permclient.JsonlTelemetry(config.telemetry))
-            if config.telemetry is not None
-            else None
-        )
-        log = _RuntimeLog(config.state_dir)
+        try:
+            telemetry = (
+                stack.enter_context(permclient.JsonlTelemetry(config.telemetry))
+                if config.telemetry is not None
+                else None
+            )
+        except OSError as exc:
+            _error(err_console, f"cannot open the telemetry file {config.telemetry}: {_why(exc)}")
+            return USAGE
+        try:
+            log = _RuntimeLog(config.state_dir)
+        except OSError as exc:
+            _error(err_console, f"cannot use the state folder {config.state_dir}: {_why(exc)}")
+            return USAGE
         stack.callback(log.close)
+        app: ChatApp | None = None
         async with trio.open_nursery() as nursery:
             nursery.start_soon(forward_signals, send)
             spawned = False
@@ -187,10 +202,23 @@ async def run_chat(
             except OSError as exc:
                 if spawned:
                     raise
-                err_console.print(
-                    Text(f"simhost chat: could not start the {peer} {argv[0]!r}: {exc}")
-                )
+                _error(err_console, f"could not start the {peer} {argv[0]!r}: {_why(exc)}")
                 code = 1
             nursery.cancel_scope.cancel()
+        if app is not None and app.start_failure is not None:
+            # Told after the child is stopped, so its last words are in the log.
+            _error(err_console, f"{app.start_failure}, before the first session was open")
+            tail = log.tail().strip()
+            if tail:
+                err_console.print(Text(f"{peer} stderr (last lines):", style="bold"))
+                err_console.print(Text(visible(tail), style="dim"), soft_wrap=True)
     console.print(Text(f"bye: the {peer} is stopped", style="dim"))
     return code
+
+
+def _error(err_console: Console, message: str) -> None:
+    err_console.print(Text(f"simhost chat: {one_line(message)}"), soft_wrap=True)
+
+
+def _why(exc: OSError) -> str:
+    return exc.strerror or str(exc)

@@ -19,6 +19,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from simhost._usage import check_writable_file, fail, one_line, plain_console
+
 if TYPE_CHECKING:
     from simhost.run.runner import RunEvent, ScenarioResult
     from simhost.run.scenario import AgentSpec, Scenario
@@ -33,7 +35,7 @@ def run_command(
         list[Path],
         typer.Argument(
             help="Scenario files (TOML) to run, one after the other.",
-            metavar="SCENARIO...",
+            metavar="SCENARIO",
             show_default=False,
         ),
     ],
@@ -112,19 +114,27 @@ def run_command(
     Exit code: 0 if every expectation and invariant held, 1 if not, 2 for a
     malformed scenario or a usage error, 130 when interrupted (Ctrl-C).
     """
-    err = Console(stderr=True, highlight=False)
+    command = "simhost run"
     if dialect not in (None, "bridge", "acp"):
-        err.print(Text(f"simhost run: unknown dialect {dialect!r}: expected bridge or acp"))
-        raise typer.Exit(2)
+        raise fail(command, f"unknown dialect {dialect!r}: expected bridge or acp")
     if agent is not None:
         try:
             words = shlex.split(agent)
         except ValueError as exc:
-            err.print(Text(f"simhost run: --agent {agent!r}: cannot split like a shell: {exc}"))
-            raise typer.Exit(2) from None
+            raise fail(command, f"--agent {agent!r}: cannot split like a shell: {exc}") from None
         if not words or not words[0]:
-            err.print(Text(f"simhost run: --agent {agent!r}: the agent's command is empty"))
-            raise typer.Exit(2)
+            raise fail(command, f"--agent {agent!r}: the agent's command is empty")
+    if junit is not None and json_path is not None and junit.absolute() == json_path.absolute():
+        raise fail(command, f"--junit and --json name the same file {str(junit)!r}")
+    for option, report in (("--junit", junit), ("--json", json_path)):
+        if report is None:
+            continue
+        # Checked before anything runs: a long run must not end in a report it cannot write.
+        try:
+            check_writable_file(report)
+        except OSError as exc:
+            why = exc.strerror or str(exc)
+            raise fail(command, f"{option} {str(report)!r}: cannot write: {why}") from None
     # Imported here so `simhost chat` and `simhost runtime` never pay for the runner.
     import trio
 
@@ -135,9 +145,8 @@ def run_command(
         try:
             loaded.append((path, load_scenario(path)))
         except ScenarioError as exc:
-            err.print(Text(f"simhost run: {exc}"))
-            raise typer.Exit(2) from None
-    console = Console(highlight=False)
+            raise fail(command, str(exc)) from None
+    console = plain_console()
     import simhost.run.report
     import simhost.run.runner  # noqa: F401 - imported before the freeze below
 
@@ -152,8 +161,7 @@ def run_command(
         if not _interrupted(exc):
             raise
         # trio has unwound the run by now: agents stopped, workspaces removed.
-        err.print(Text("simhost run: interrupted"))
-        raise typer.Exit(130) from None
+        raise fail(command, "interrupted", 130) from None
 
     from simhost.run.report import json_report, junit_xml, summary
 
@@ -165,7 +173,9 @@ def run_command(
         if json_path is not None:
             json_path.write_bytes(json_report(results))
     except OSError as exc:
-        err.print(Text(f"simhost run: cannot write a report: {exc}"))
+        plain_console(stderr=True).print(
+            Text(f"simhost run: cannot write a report: {one_line(str(exc))}"), soft_wrap=True
+        )
         code = 1
     raise typer.Exit(code)
 
@@ -298,7 +308,7 @@ class _LiveView:
 
     def __rich__(self) -> Table:
         table = Table(
-            title=f"simhost run: {self.name} (repeat {self.repeat})", title_justify="left"
+            title=Text(f"simhost run: {self.name} (repeat {self.repeat})"), title_justify="left"
         )
         table.add_column("session")
         table.add_column("turn", justify="right")
@@ -309,7 +319,7 @@ class _LiveView:
             if repeat != self.repeat:
                 continue
             table.add_row(
-                label,
+                Text(label),
                 f"{row.turn}/{row.turns}",
                 str(row.requests),
                 Text(str(row.failed), style="red" if row.failed else ""),

@@ -83,8 +83,8 @@ def _table(result: ScenarioResult) -> Table:
             table.add_column(str(index), justify="center")
     table.add_column("time", justify="right")
     for (repeat, label), turns in rows.items():
-        cells: list[RenderableType] = [str(repeat)] if repeats else []
-        cells.append(label)
+        cells: list[RenderableType] = [Text(str(repeat))] if repeats else []
+        cells.append(Text(label))  # from the scenario file: never Rich markup
         if compact:
             passed = sum(1 for t in turns if t.passed)
             cells.append(

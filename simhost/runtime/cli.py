@@ -2,35 +2,35 @@
 
 Nothing but protocol bytes ever goes to stdout: errors and logs go to stderr.
 Exit codes: 0 when the editor closes stdin, 2 for a bad option (unknown
-dialect, missing workspace, invalid policy), 1 when the state folder cannot be
-created or used, 130 on Ctrl-C. Two dialects: ``bridge`` (the default) and ``acp``
-(Agent Client Protocol v1).
+dialect, missing workspace, invalid policy, a state folder that cannot be
+created, written or used), 1 when serving fails, 130 on Ctrl-C. Two dialects:
+``bridge`` (the default) and ``acp`` (Agent Client Protocol v1).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Annotated, Final, get_args
 
 import trio
 import typer
-from rich.console import Console
 from rich.logging import RichHandler
 
 from permclient import DialectName
+from simhost._usage import fail, plain_console
 from simhost.runtime.policy import PolicyError, load_policy, shipped_policy_names
 from simhost.runtime.sessions import SessionStore, default_state_dir
 
 __all__ = ["runtime_command"]
 
-_stderr = Console(stderr=True)
+_stderr = plain_console(stderr=True)
 _DIALECTS: Final[tuple[DialectName, ...]] = get_args(DialectName)
 
 
 def _fail(message: str, code: int) -> typer.Exit:
-    _stderr.print(f"[bold red]simhost runtime:[/] {message}", highlight=False)
-    return typer.Exit(code)
+    return fail("simhost runtime", message, code)
 
 
 def runtime_command(
@@ -46,6 +46,7 @@ def runtime_command(
         typer.Option(
             help="Folder the tools act in; paths in prompts are relative to it. "
             "[default: the current folder]",
+            metavar="DIR",
             show_default=False,
         ),
     ] = None,
@@ -54,6 +55,7 @@ def runtime_command(
         typer.Option(
             help="Human-in-the-loop policy: a shipped name "
             f"({', '.join(shipped_policy_names())}) or the path of a JSON policy file.",
+            metavar="NAME|PATH",
         ),
     ] = "default",
     state_dir: Annotated[
@@ -61,6 +63,7 @@ def runtime_command(
         typer.Option(
             help="Folder where sessions are kept. [default: one per workspace, "
             "under $XDG_STATE_HOME/simhost/workspaces or ~/.local/state/simhost/workspaces]",
+            metavar="DIR",
             show_default=False,
         ),
     ] = None,
@@ -70,6 +73,7 @@ def runtime_command(
             help="Wire dialect: bridge (VS Code style: Content-Length framed JSON-RPC, "
             "chatSend) or acp (Agent Client Protocol v1: newline-delimited JSON-RPC, "
             "initialize, session/new, session/load, session/prompt, session/cancel).",
+            metavar="bridge|acp",
         ),
     ] = "bridge",
     verbose: Annotated[
@@ -97,7 +101,9 @@ def runtime_command(
     try:
         state.mkdir(parents=True, exist_ok=True, mode=0o700)
     except OSError as exc:
-        raise _fail(f"cannot create the state folder {state}: {exc.strerror or exc}", 1) from None
+        raise _fail(f"cannot create the state folder {state}: {exc.strerror or exc}", 2) from None
+    if not os.access(state, os.W_OK | os.X_OK):
+        raise _fail(f"cannot write in the state folder {state}", 2)
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING,
         format="%(message)s",
@@ -106,7 +112,7 @@ def runtime_command(
     try:
         store = SessionStore(state)  # before serving: its errors are one line, not a traceback
     except OSError as exc:
-        raise _fail(f"cannot use the state folder {state}: {exc.strerror or exc}", 1) from None
+        raise _fail(f"cannot use the state folder {state}: {exc.strerror or exc}", 2) from None
     # Imported here so `simhost chat` never pays for the runtime's server.
     from simhost.runtime.server import RuntimeConfig, serve_stdio
 
