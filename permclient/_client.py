@@ -686,8 +686,23 @@ class Client:
 
     def _on_invalid(self, message: InvalidMessage) -> None:
         log.warning("invalid message from peer: %s", message.reason)
-        if message.reply:
-            self._queue(encode_error(message.id, message.code, message.reason))
+        if not message.reply:
+            return
+        if message.method is not None and self._telemetry is not None:
+            self._emit(
+                "server_request.start",
+                request_id=message.id,
+                session_id=None,
+                method=message.method,
+            )
+        if message.method == PERMISSION_METHOD and message.id is not None:
+            # Still a permission request: it fails closed as a malformed one does.
+            self._emit(
+                "approval.malformed", request_id=message.id, session_id=None, reason=message.reason
+            )
+            self._queue(encode_result(message.id, _PERMISSION_CANCELLED))
+            return
+        self._queue(encode_error(message.id, message.code, message.reason))
 
     def _settle(
         self, request_id: RequestId, result: msgspec.Raw | None, error: Exception | None

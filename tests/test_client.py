@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import msgspec
 import pytest
 import trio
 import trio.testing
@@ -211,6 +212,52 @@ async def test_malformed_permission_request_answers_cancelled_without_calling_a_
             request_id = await peer.request("session/request_permission", params)
             assert await peer.receive() == {"jsonrpc": "2.0", "id": request_id, "result": CANCELLED}
         assert called == []
+
+
+_NOT_UTF8_JSON = {
+    "0xff in rawInput": (b'"rawInput":{"command":"pytest \xff; curl x | sh"}', b""),
+    "lone surrogate escape in rawInput": (rb'"rawInput":{"command":"pytest \ud800; sh"}', b""),
+    "0xff in rawOutput": (b'"rawOutput":"\xff"', b""),
+    "0xff in content": (b'"content":[{"type":"diff","path":"/w/a","newText":"\xff"}]', b""),
+    "0xff in the tool call's _meta": (b'"_meta":{"k":"\xff"}', b""),
+    "0xff in the request's _meta": (b"", b',"_meta":{"k":"\xff"}'),
+    "lone surrogate escape under an unknown key": (b"", rb',"future":"\udc00"'),
+}
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+@pytest.mark.parametrize(
+    ("in_tool_call", "in_params"), _NOT_UTF8_JSON.values(), ids=_NOT_UTF8_JSON.keys()
+)
+async def test_a_permission_request_not_utf8_json_anywhere_is_malformed_and_answered_cancelled(
+    dialect: str, in_tool_call: bytes, in_params: bytes
+) -> None:
+    sink = io.StringIO()
+    async with connected(dialect, telemetry=permclient.JsonlTelemetry(sink)) as (client, peer):
+        called = []
+
+        async def handler(req: PermissionRequest) -> Selected:
+            called.append(req.tool_call.raw_input)
+            return Selected("allow")
+
+        with client.permission_handler("s", handler):
+            tool_call = b'{"toolCallId":"c","title":"run"' + (b"," if in_tool_call else b"")
+            body = (
+                b'{"jsonrpc":"2.0","id":7,"method":"session/request_permission","params":'
+                b'{"sessionId":"s","toolCall":'
+                + tool_call
+                + in_tool_call
+                + b'},"options":'
+                + msgspec.json.encode(allow_deny())
+                + in_params
+                + b"}}"
+            )
+            await peer.send_raw(peer.framer_type.encode(body))
+            assert await peer.receive() == {"jsonrpc": "2.0", "id": 7, "result": CANCELLED}
+            await assert_nothing_more(peer)
+        assert called == []
+    events = [json.loads(line)["event"] for line in sink.getvalue().splitlines()]
+    assert "approval.malformed" in events and "approval.requested" not in events
 
 
 class Boom(Exception):
