@@ -68,7 +68,14 @@ NotificationCallback = Callable[["InboundNotification"], None]
 PERMISSION_METHOD: Final = "session/request_permission"
 _CANCEL_METHODS: Final = frozenset({"$/cancelRequest", "$/cancel_request"})
 _RECEIVE_SIZE: Final = 256 * 1024
-_FLUSH_GRACE_S: Final = 2.0
+# Teardown waits for queued answers while the peer takes them: it gives up after
+# _FLUSH_STALL_S without progress, and after _FLUSH_STALL_S plus one second per
+# _FLUSH_MIN_RATE bytes queued in all (a peer that reads, however slowly, at that
+# rate gets every answer; one that stopped reading holds us _FLUSH_STALL_S).
+_FLUSH_STALL_S: Final = 2.0
+_FLUSH_MIN_RATE: Final = 64 * 1024
+# The writer sends at most this much per send_all, so a slow reader shows progress.
+_WRITE_CHUNK: Final = 64 * 1024
 _BACKLOG_LIMIT: Final = 4096
 _BACKLOG_BYTES: Final = 16 * 1024 * 1024
 # Past this many queued bytes the reader stops reading until the writer catches
@@ -312,8 +319,9 @@ class Client:
         self._max_pending = max_pending
         self._outbuf = bytearray()
         self._writer_lot = trio.lowlevel.ParkingLot()
-        self._flushed_lot = trio.lowlevel.ParkingLot()
-        self._writing = False
+        self._written_lot = trio.lowlevel.ParkingLot()  # woken at each write and when idle
+        self._writing = 0  # bytes taken from _outbuf and not yet written
+        self._written = 0  # bytes written in all: teardown watches it move
         self._write_failed = False
         # The writer outlives an outer cancellation so owed answers still go out;
         # teardown cancels it once they are flushed (or the grace period ends).
@@ -607,27 +615,67 @@ class Client:
     async def _write_until_failed(self) -> None:
         while True:
             if not self._outbuf:
-                if self._flushed_lot:
-                    self._flushed_lot.unpark_all()
+                if self._written_lot:
+                    self._written_lot.unpark_all()
                 await self._writer_lot.park()
                 continue
             data, self._outbuf = self._outbuf, bytearray()
-            self._writing = True
+            self._writing = len(data)
             try:
-                await self._stream.send_all(data)
+                if len(data) <= _WRITE_CHUNK:
+                    await self._stream.send_all(data)
+                else:
+                    view = memoryview(data)
+                    for start in range(0, len(data), _WRITE_CHUNK):
+                        await self._stream.send_all(view[start : start + _WRITE_CHUNK])
+                        self._progress(min(_WRITE_CHUNK, len(data) - start))
+                    del view
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                 self._write_failed = True
                 self._outbuf.clear()
-                self._flushed_lot.unpark_all()
+                self._written_lot.unpark_all()
                 self._connection_lost(f"write failed: {exc or type(exc).__name__}")
                 return
             finally:
-                self._writing = False
+                self._progress(self._writing)  # all of it, or the connection is lost
                 del data  # a burst's answers can be megabytes: not held while parked
 
+    def _progress(self, sent: int) -> None:
+        self._writing -= sent
+        self._written += sent
+        if self._written_lot:
+            self._written_lot.unpark_all()
+
+    def _flushed(self) -> bool:
+        return self._write_failed or not (self._outbuf or self._writing)
+
     async def _wait_flushed(self) -> None:
-        while (self._outbuf or self._writing) and not self._write_failed:
-            await self._flushed_lot.park()
+        while not self._flushed():
+            await self._written_lot.park()
+
+    async def _flush(self) -> None:
+        """Wait until everything queued is written, within the bounds of _FLUSH_STALL_S."""
+        queued = len(self._outbuf) + self._writing
+        deadline = trio.current_time() + _FLUSH_STALL_S + queued / _FLUSH_MIN_RATE
+        while not self._flushed():
+            written = self._written
+            with trio.move_on_at(min(deadline, trio.current_time() + _FLUSH_STALL_S)):
+                while self._written == written and not self._flushed():
+                    await self._written_lot.park()
+            if self._written == written and not self._flushed():
+                log.warning(
+                    "gave up writing %d queued bytes: the peer took none for %s s",
+                    len(self._outbuf) + self._writing,
+                    _FLUSH_STALL_S,
+                )
+                return
+            if trio.current_time() >= deadline and not self._flushed():
+                log.warning(
+                    "gave up writing %d queued bytes: the peer reads under %d bytes/s",
+                    len(self._outbuf) + self._writing,
+                    _FLUSH_MIN_RATE,
+                )
+                return
 
     # ------------------------------------------------------------------- reading
 
@@ -1075,11 +1123,16 @@ class Client:
         if state.answered:
             return
         state.cancel()
-        if not state.is_permission:
-            if by != "peer" and self._retire(state):
-                self._queue(self._cancelled_answer(state))
+        if by != "peer" or state.is_permission:
+            self._withdraw(state, by)
+
+    def _withdraw(self, state: _Inbound, by: str) -> None:
+        """Answer a pending inbound request as cancelled now; its handler is left alone."""
+        if not self._retire(state):
             return
-        self._retire(state)
+        if not state.is_permission:
+            self._queue(self._cancelled_answer(state))
+            return
         self._queue(encode_result(state.id, _PERMISSION_CANCELLED))
         if self._telemetry is not None:
             self._emit(
@@ -1148,7 +1201,12 @@ class Client:
     # ------------------------------------------------------------------ teardown
 
     def _connection_lost(self, reason: str) -> None:
-        """Fail every pending call and cancel every handler; idempotent."""
+        """Fail every pending call, answer every pending request, cancel every handler.
+
+        Idempotent. The handlers are cancelled once the answers are written (or the
+        writing gave up): thousands of handlers unwinding must not keep the writer
+        from its answers, and unwinding ones have nothing left to say.
+        """
         if self._closed is not None:
             return
         self._closed = reason
@@ -1159,8 +1217,20 @@ class Client:
         for slot in outbound.values():
             slot.error = ConnectionClosed(reason)
             slot.done.set()
-        for state in list(self._inbound.values()):
-            self._cancel_inbound(state, "teardown")
+        withdrawn = list(self._inbound.values())
+        for state in withdrawn:
+            self._withdraw(state, "teardown")
+        if withdrawn:
+            self._nursery.start_soon(
+                self._cancel_when_flushed, withdrawn, name="permclient: teardown"
+            )
+
+    async def _cancel_when_flushed(self, states: list[_Inbound]) -> None:
+        try:
+            await self._flush()
+        finally:
+            for state in states:
+                state.cancel()
 
 
 def _checked_decision(answer: object, offered: tuple[PermissionOption, ...]) -> Decision:
@@ -1213,8 +1283,10 @@ async def open_client(
     ``"acp"`` (newline-delimited, ``$/cancel_request``). Leaving the context
     answers every pending permission request ``cancelled`` (other inbound
     requests get -32800, or their ``cancelled_result``), fails pending requests
-    with :class:`ConnectionClosed`, flushes queued answers (up to 2 s, shielded,
-    also when an outer scope cancelled the client) and closes the stream.
+    with :class:`ConnectionClosed`, writes the queued answers (shielded, also when
+    an outer scope cancelled the client, for as long as the peer takes them: it
+    gives up after 2 s without progress, or once the peer reads under 64 KiB/s),
+    then cancels the handlers and closes the stream.
 
     ``max_frame_size`` caps one inbound frame (larger ones are skipped);
     ``max_pending`` caps inbound requests awaiting an answer: past it a new
@@ -1245,8 +1317,8 @@ async def open_client(
             body_error = exc
         finally:
             client._connection_lost("the client was closed")
-            with trio.move_on_after(_FLUSH_GRACE_S, shield=True):
-                await client._wait_flushed()
+            with trio.CancelScope(shield=True):
+                await client._flush()
             client._writer_scope.cancel()
             nursery.cancel_scope.cancel()
             with trio.CancelScope(shield=True):

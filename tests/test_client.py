@@ -7,6 +7,7 @@ import contextvars
 import fractions
 import io
 import json
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -1601,3 +1602,161 @@ async def test_handlers_started_together_each_see_only_their_own_context() -> No
             for _ in range(3):
                 await peer.receive()
     assert seen == ["unset", "unset", "unset"]
+
+
+# ------------------------------------------------- teardown at the default max_pending
+
+
+class _SlowReader:
+    """The peer's reading side: takes 64 KiB at most, then waits half a second (virtual time).
+
+    That is 128 KiB/s: slower than a 2 s teardown could drain 16,384 answers, faster
+    than the 64 KiB/s the client waits for. On the autojump clock time passes only
+    when every task waits, so how busy the machine is changes nothing.
+    """
+
+    def __init__(self, stream: trio.abc.ReceiveStream, dialect: str) -> None:
+        self.stream = stream
+        self.framer = FakePeer(stream, dialect).framer  # type: ignore[arg-type]
+        self.answers: list[dict[str, Any]] = []
+
+    async def read_until_closed(self) -> None:
+        while data := await self.stream.receive_some(65536):
+            self.framer.receive_data(data)
+            while (frame := self.framer.next_frame()) is not None:
+                self.answers.append(msgspec.json.decode(frame))
+            await trio.sleep(0.5)
+
+
+def _socket_stream_pair() -> tuple[trio.SocketStream, trio.SocketStream]:
+    """A real socket pair with small buffers: unlike a memory stream, what a cancelled
+    send_all did not hand to the kernel is lost, as on a pipe to a real agent."""
+    pair = trio.socket.socketpair()
+    for sock in pair:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 32 * 1024)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 32 * 1024)
+    return trio.SocketStream(pair[0]), trio.SocketStream(pair[1])
+
+
+def _permission_requests(dialect: str, count: int) -> bytes:
+    encode = (
+        permclient.ContentLengthFramer.encode
+        if dialect == "bridge"
+        else (permclient.NewlineFramer.encode)
+    )
+    params = {
+        "sessionId": "s",
+        "toolCall": {"toolCallId": "c", "title": "run", "rawInput": {"command": "ls"}},
+        "options": allow_deny(),
+    }
+    return b"".join(
+        encode(
+            msgspec.json.encode(
+                {
+                    "jsonrpc": "2.0",
+                    "id": n,
+                    "method": "session/request_permission",
+                    "params": params,
+                }
+            )
+        )
+        for n in range(count)
+    )
+
+
+@pytest.mark.parametrize(
+    ("dialect", "closing"),
+    [("bridge", "the client context exits"), ("acp", "the peer closes its side")],
+)
+async def test_teardown_writes_every_answer_of_the_default_max_pending_then_cancels(
+    dialect: str, closing: str, autojump_clock: trio.abc.Clock
+) -> None:
+    count = permclient._client.DEFAULT_MAX_PENDING
+    assert count == 16384
+    ours, theirs = _socket_stream_pair()
+    reader = _SlowReader(theirs, dialect)
+    blocked = trio.Semaphore(0)
+    cancelled = 0
+    all_cancelled = trio.Event()
+
+    async def handler(req: PermissionRequest) -> Selected:
+        nonlocal cancelled
+        blocked.release()
+        try:
+            await trio.sleep_forever()
+        finally:
+            cancelled += 1
+            if cancelled == count:
+                all_cancelled.set()
+        return Selected("allow")  # pragma: no cover
+
+    # Virtual time: a hang fails at once instead of waiting for pytest's timeout.
+    with trio.fail_after(3600), contextlib.closing(theirs.socket):
+        async with (
+            trio.open_nursery() as peer_side,
+            permclient.open_client(ours, dialect=dialect) as client,  # type: ignore[arg-type]
+        ):
+            registration = client.permission_handler("s", handler)
+            registration.__enter__()  # left open: the teardown must answer
+            await theirs.send_all(_permission_requests(dialect, count))
+            for _ in range(count):
+                await blocked.acquire()
+            peer_side.start_soon(reader.read_until_closed)
+            if closing == "the peer closes its side":
+                await theirs.send_eof()  # it still reads
+                await all_cancelled.wait()  # by the client itself, its context still open
+
+    ids = [answer["id"] for answer in reader.answers]
+    assert sorted(ids) == list(range(count)), "every request answered exactly once"
+    assert all(answer["result"] == CANCELLED for answer in reader.answers)
+    assert cancelled == count
+
+
+async def test_teardown_gives_up_two_seconds_after_the_peer_stops_reading(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    ours, theirs = _socket_stream_pair()
+    with contextlib.closing(theirs.socket):
+        async with permclient.open_client(ours) as client:
+            waiter = Waiter()
+            registration = client.permission_handler("s", waiter)
+            registration.__enter__()
+            await theirs.send_all(_permission_requests("bridge", 5000))
+            while len(waiter.seen) < 5000:
+                await trio.testing.wait_all_tasks_blocked()
+            started = trio.current_time()
+        assert trio.current_time() - started == 2.0
+        assert len(waiter.cancelled) == 5000
+
+
+async def test_teardown_waits_for_a_slow_reader_in_proportion_to_the_bytes_queued(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    ours, theirs = _socket_stream_pair()
+    answer = permclient.ContentLengthFramer.encode(
+        msgspec.json.encode({"jsonrpc": "2.0", "id": 1000, "result": CANCELLED})
+    )
+    received = 0
+
+    async def read_48_kib_per_second() -> None:
+        nonlocal received
+        while data := await theirs.receive_some(16 * 1024):
+            received += len(data)
+            await trio.sleep(1 / 3)
+
+    with contextlib.closing(theirs.socket):
+        async with trio.open_nursery() as peer_side:
+            async with permclient.open_client(ours) as client:
+                waiter = Waiter()
+                registration = client.permission_handler("s", waiter)
+                registration.__enter__()
+                await theirs.send_all(_permission_requests("bridge", 5000))
+                while len(waiter.seen) < 5000:
+                    await trio.testing.wait_all_tasks_blocked()
+                peer_side.start_soon(read_48_kib_per_second)
+                started = trio.current_time()
+            # Progress every 64 KiB (4/3 s) keeps it going, past the 2 s a stall
+            # gets, until 2 s + 1 s per 64 KiB queued.
+            deadline = 2.0 + 5000 * len(answer) / (64 * 1024)
+            assert trio.current_time() - started == pytest.approx(deadline, abs=1.5)
+            assert 0 < received < 5000 * len(answer)
