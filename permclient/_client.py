@@ -327,6 +327,8 @@ class Client:
         # teardown cancels it once they are flushed (or the grace period ends).
         self._writer_scope = trio.CancelScope(shield=True)
         self._closed: str | None = None
+        self._stopped_by: BaseException | None = None  # a KeyboardInterrupt or SystemExit
+        self._body_scope = trio.CancelScope()  # the body of open_client
         self._closed_event = trio.Event()
         # Registrations' timeouts: one task sleeps until the earliest deadline, and
         # exists only while some request with a timeout is pending.
@@ -588,12 +590,33 @@ class Client:
 
         return Registration(undo)
 
-    @staticmethod
-    def _call(callback: NotificationCallback, notification: InboundNotification) -> None:
+    def _call(self, callback: NotificationCallback, notification: InboundNotification) -> None:
         try:
             callback(notification)
-        except Exception:
-            log.exception("notification callback for %s failed", notification.method)
+        except BaseException as exc:
+            self._host_code_failed(exc, "notification callback for %s failed", notification.method)
+
+    def _host_code_failed(self, exc: BaseException, what: str, *args: object) -> None:
+        """Contain what the host's code (a handler, a callback, a telemetry sink) raised.
+
+        ``KeyboardInterrupt`` and ``SystemExit`` stop the client: :func:`open_client`
+        raises them, once every pending request is answered, instead of an exception
+        group. A ``trio.Cancelled`` is re-raised when this task is being cancelled;
+        one that no cancellation caused (made by the host) is logged like any error.
+        """
+        if isinstance(exc, KeyboardInterrupt | SystemExit):
+            log.error("%s; %s stops the client", what % args, type(exc).__name__)
+            self._stop(exc)
+        elif isinstance(exc, trio.Cancelled) and trio.current_effective_deadline() == -math.inf:
+            raise exc
+        else:
+            log.error(what, *args, exc_info=exc)
+
+    def _stop(self, exc: BaseException) -> None:
+        if self._stopped_by is None:
+            self._stopped_by = exc
+        self._connection_lost(f"stopped by {type(exc).__name__}")
+        self._body_scope.cancel()
 
     # ------------------------------------------------------------------- writing
 
@@ -631,14 +654,21 @@ class Client:
                         self._progress(min(_WRITE_CHUNK, len(data) - start))
                     del view
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-                self._write_failed = True
-                self._outbuf.clear()
-                self._written_lot.unpark_all()
+                self._lose_writer()
                 self._connection_lost(f"write failed: {exc or type(exc).__name__}")
+                return
+            except (KeyboardInterrupt, SystemExit) as exc:
+                self._lose_writer()  # perhaps half way through a frame
+                self._stop(exc)
                 return
             finally:
                 self._progress(self._writing)  # all of it, or the connection is lost
                 del data  # a burst's answers can be megabytes: not held while parked
+
+    def _lose_writer(self) -> None:
+        self._write_failed = True
+        self._outbuf.clear()
+        self._written_lot.unpark_all()
 
     def _progress(self, sent: int) -> None:
         self._writing -= sent
@@ -707,6 +737,8 @@ class Client:
                 self._start_handlers()
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             self._connection_lost(f"read failed: {exc or type(exc).__name__}")
+        except (KeyboardInterrupt, SystemExit) as exc:
+            self._stop(exc)  # e.g. trio delivering Ctrl-C here
         except Exception as exc:
             # Never blow up the caller's nursery: a failed reader is a closed connection.
             log.exception("reader failed")
@@ -911,9 +943,9 @@ class Client:
         if self._telemetry is not None:
             try:
                 self._telemetry.emit(event, **fields)
-            except Exception:
+            except BaseException as exc:
                 # Telemetry proves what happened; it never gets to change an answer.
-                log.exception("telemetry sink failed on %s", event)
+                self._host_code_failed(exc, "telemetry sink failed on %s", event)
 
     def _on_permission_request(self, message: Request) -> None:
         request_id = message.id
@@ -1030,8 +1062,10 @@ class Client:
         answer: object = _UNANSWERED
         try:
             answer = await relay
-        except Exception:
-            log.exception(
+        except BaseException as exc:
+            self._finish_permission(relay.owner, _UNANSWERED)
+            self._host_code_failed(
+                exc,
                 "permission handler for session %r failed; answered cancelled",
                 cast(_Inbound, relay.owner).session_id,
             )
@@ -1047,12 +1081,13 @@ class Client:
                 continue  # withdrawn before its handler ran: no card for a settled question
             try:
                 finished, outcome = start(state, handler, request)
-            except Exception:
-                log.exception(
+            except BaseException as exc:
+                self._answer_permission(state, _CANCELLED)
+                self._host_code_failed(
+                    exc,
                     "permission handler for session %r failed; answered cancelled",
                     state.session_id,
                 )
-                self._answer_permission(state, _CANCELLED)
                 continue
             if finished:
                 self._answer_permission(state, _checked_decision(outcome, state.offered))
@@ -1168,10 +1203,15 @@ class Client:
         except RequestError as exc:
             if not state.cancel_called and self._retire(state):
                 self._queue(_encode_request_error(state.id, exc))
-        except Exception:
-            log.exception("request handler failed")
-            if not state.cancel_called and self._retire(state):
+        except BaseException as exc:
+            # (A trio.Cancelled is answered as one, by the finally.)
+            if (
+                not isinstance(exc, trio.Cancelled)
+                and not state.cancel_called
+                and self._retire(state)
+            ):
                 self._queue(encode_error(state.id, ErrorCode.INTERNAL_ERROR, "internal error"))
+            self._host_code_failed(exc, "request handler for %r failed", state.method)
         finally:
             # Every path, our own cancellation included: exactly one answer.
             if self._retire(state):
@@ -1312,7 +1352,8 @@ async def open_client(
         nursery.start_soon(client._reader_loop)
         nursery.start_soon(client._writer_loop)
         try:
-            yield client
+            with client._body_scope:
+                yield client
         except BaseException as exc:
             body_error = exc
         finally:
@@ -1323,5 +1364,7 @@ async def open_client(
             nursery.cancel_scope.cancel()
             with trio.CancelScope(shield=True):
                 await stream.aclose()
+    if client._stopped_by is not None:
+        raise client._stopped_by
     if body_error is not None:
         raise body_error

@@ -8,7 +8,7 @@ import fractions
 import io
 import json
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -1760,3 +1760,145 @@ async def test_teardown_waits_for_a_slow_reader_in_proportion_to_the_bytes_queue
             deadline = 2.0 + 5000 * len(answer) / (64 * 1024)
             assert trio.current_time() - started == pytest.approx(deadline, abs=1.5)
             assert 0 < received < 5000 * len(answer)
+
+
+# ------------------------------------------- BaseException from the host's own code
+
+
+class _Fabricated(BaseException):
+    """A BaseException of the host's own (neither Exception nor a way to stop)."""
+
+
+@contextlib.contextmanager
+def _no_stray_cancelled() -> Iterator[None]:
+    # pytest-trio would take a stray Cancelled out of a test quietly.
+    try:
+        yield
+    except trio.Cancelled as exc:
+        raise AssertionError("a trio.Cancelled escaped open_client") from exc
+
+
+def _raising(exc_type: type[BaseException], *, blocks_first: bool) -> Any:
+    async def handler(req: PermissionRequest) -> Selected:
+        if blocks_first:
+            await trio.lowlevel.checkpoint()
+        if exc_type is trio.Cancelled:
+            # Not caused by any scope: made by hand, as a buggy handler might.
+            raise trio.Cancelled._create()  # type: ignore[attr-defined]
+        raise exc_type("from the handler")
+
+    return handler
+
+
+@pytest.mark.parametrize("blocks_first", [False, True], ids=["at once", "after blocking"])
+@pytest.mark.parametrize("exc_type", [SystemExit, KeyboardInterrupt])
+async def test_a_handler_raising_system_exit_or_keyboard_interrupt_answers_then_raises_it_plain(
+    exc_type: type[BaseException], blocks_first: bool
+) -> None:
+    ours, theirs = trio.testing.memory_stream_pair()
+    peer = FakePeer(theirs, "bridge")
+    waiter = Waiter()
+    body_went_on = False
+    with pytest.raises(exc_type) as raised:  # the exception itself, not a group
+        async with permclient.open_client(ours) as client:
+            with (
+                client.permission_handler("other", waiter),
+                client.permission_handler("s", _raising(exc_type, blocks_first=blocks_first)),
+            ):
+                await peer.ask_permission("other", request_id="waiting")
+                await waiter.arrived.wait()
+                await peer.ask_permission("s", request_id="raises")
+                await client.wait_closed()
+                await trio.sleep_forever()  # the client cancels its body
+                body_went_on = True  # pragma: no cover
+    assert type(raised.value) is exc_type and not body_went_on
+    answers = {(await peer.receive())["id"]: CANCELLED for _ in range(2)}
+    assert answers == {"waiting": CANCELLED, "raises": CANCELLED}
+    assert await theirs.receive_some(1) == b""  # nothing else, then closed
+    assert waiter.cancelled == ["call-1"]
+
+
+@pytest.mark.parametrize("blocks_first", [False, True], ids=["at once", "after blocking"])
+@pytest.mark.parametrize("exc_type", [trio.Cancelled, _Fabricated, GeneratorExit])
+async def test_a_handler_raising_a_fabricated_cancelled_or_other_base_exception_answers_cancelled(
+    exc_type: type[BaseException], blocks_first: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    lived_on = False
+    with _no_stray_cancelled():
+        async with connected() as (client, peer):
+            with client.permission_handler("s", _raising(exc_type, blocks_first=blocks_first)):
+                await peer.ask_permission("s", request_id=1)
+                assert (await peer.receive())["result"] == CANCELLED
+            await trio.sleep(0.01)  # a checkpoint after the handler's task has ended
+            with client.permission_handler("s", allow_handler):
+                await peer.ask_permission("s", request_id=2)
+                assert (await peer.receive())["result"] == selected("allow")
+            assert client.closed_reason is None
+            lived_on = True
+    assert lived_on
+    assert "permission handler for session 's' failed; answered cancelled" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("exc_type", "code"),
+    [(trio.Cancelled, -32800), (_Fabricated, -32603), (SystemExit, -32603)],
+)
+async def test_a_request_handler_raising_a_base_exception_answers_and_only_stops_for_exit(
+    exc_type: type[BaseException], code: int
+) -> None:
+    ours, theirs = trio.testing.memory_stream_pair()
+    peer = FakePeer(theirs, "bridge")
+    stops = exc_type is SystemExit
+    lived_on = False
+    with _no_stray_cancelled(), pytest.raises(SystemExit) if stops else contextlib.nullcontext():
+        async with permclient.open_client(ours) as client:
+
+            async def handler(params: Any) -> Any:
+                await _raising(exc_type, blocks_first=True)(params)
+
+            client.on_request("x/y", handler)
+            await peer.request("x/y", {}, request_id=1)
+            assert (await peer.receive())["error"]["code"] == code
+            await trio.sleep(0.01)  # a checkpoint after the handler's task has ended
+            assert not stops
+            assert client.closed_reason is None
+            lived_on = True
+    assert lived_on or stops
+
+
+@pytest.mark.parametrize("exc_type", [trio.Cancelled, _Fabricated, SystemExit])
+@pytest.mark.parametrize("where", ["notification callback", "telemetry sink"])
+async def test_a_callback_or_telemetry_sink_raising_a_base_exception_never_escapes_as_a_group(
+    exc_type: type[BaseException], where: str
+) -> None:
+    def hostile(*args: object, **kwargs: object) -> None:
+        if exc_type is trio.Cancelled:
+            raise trio.Cancelled._create()  # type: ignore[attr-defined]
+        raise exc_type("from the host")
+
+    telemetry = None
+    if where == "telemetry sink":
+        telemetry = permclient.JsonlTelemetry(io.StringIO())
+        telemetry.emit = hostile  # type: ignore[method-assign]
+    ours, theirs = trio.testing.memory_stream_pair()
+    peer = FakePeer(theirs, "bridge")
+    stops = exc_type is SystemExit
+    lived_on = False
+    waiter = Waiter()
+    with _no_stray_cancelled(), pytest.raises(SystemExit) if stops else contextlib.nullcontext():
+        async with permclient.open_client(ours, telemetry=telemetry) as client:
+            client.on_notification("note", hostile)
+            with client.permission_handler("s", waiter):
+                await peer.ask_permission("s", request_id="pending")
+                await peer.notify("note", {})
+                if stops:
+                    await trio.sleep_forever()
+                await waiter.arrived.wait()
+                waiter.release.set()
+                assert (await peer.receive())["result"] == selected("allow")
+            await trio.sleep(0.01)
+            assert client.closed_reason is None
+            lived_on = True
+    assert lived_on or stops
+    if stops:
+        assert (await peer.receive()) == {"jsonrpc": "2.0", "id": "pending", "result": CANCELLED}
