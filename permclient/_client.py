@@ -78,6 +78,11 @@ _FLUSH_MIN_RATE: Final = 64 * 1024
 _WRITE_CHUNK: Final = 64 * 1024
 _BACKLOG_LIMIT: Final = 4096
 _BACKLOG_BYTES: Final = 16 * 1024 * 1024
+_HELD_OVERHEAD: Final = 200  # a held notification's own objects
+# Pending inbound requests: their params, methods and ids, in bytes of JSON (one is
+# always let in, up to max_frame_size).
+_PENDING_BYTES: Final = 128 * 1024 * 1024
+_BRIEF: Final = 80
 # Past this many queued bytes the reader stops reading until the writer catches
 # up: a peer that never reads cannot make us buffer its answers without end.
 _OUTBUF_HIGH_WATER: Final = 16 * 1024 * 1024
@@ -136,6 +141,32 @@ class InboundNotification(msgspec.Struct, frozen=True):
     method: str
     params: Any
     session_id: str | None
+
+
+class _Held:
+    """A notification held for a session with no callback yet: undecoded, as a
+    peer's few bytes of JSON can decode into many times as many of objects."""
+
+    __slots__ = ("method", "params", "session_id", "size")
+
+    def __init__(self, method: str, session_id: str, params: bytes) -> None:
+        self.method = method
+        self.session_id = session_id
+        self.params = params
+        self.size = _HELD_OVERHEAD + len(method) + len(params)
+
+
+def _decoded(params: bytes | msgspec.Raw) -> Any:
+    try:
+        return _any_decoder.decode(params) if params else None
+    except DECODE_ERRORS:
+        return None
+
+
+def _brief(value: object) -> str:
+    """``repr(value)``, cut short: peer strings in a log line, never megabytes of them."""
+    text = repr(value[: _BRIEF + 1] if isinstance(value, str) else value)
+    return text if len(text) <= _BRIEF else text[:_BRIEF] + "..."
 
 
 class Registration:
@@ -209,6 +240,7 @@ class _Inbound:
         "id",
         "method",
         "session_id",
+        "size",
         "started",
         "tool_call_id",
     )
@@ -227,6 +259,7 @@ class _Inbound:
         self.tool_call_id: str | None = None
         self.cancelled_result: Any = _NO_RESULT
         self._offered: tuple[PermissionOption, ...] | _SharedOptions = ()
+        self.size = 0  # counted against _PENDING_BYTES while pending
 
     @property
     def is_permission(self) -> bool:
@@ -314,9 +347,10 @@ class Client:
         self._request_handlers: dict[str, _Route] = {}
         self._notification_callbacks: dict[str, list[NotificationCallback]] = {}
         self._session_callbacks: dict[str, list[NotificationCallback]] = {}
-        self._backlog: deque[tuple[InboundNotification, int]] = deque()
+        self._backlog: deque[_Held] = deque()
         self._backlog_bytes = 0
         self._max_pending = max_pending
+        self._pending_bytes = 0
         self._outbuf = bytearray()
         self._writer_lot = trio.lowlevel.ParkingLot()
         self._written_lot = trio.lowlevel.ParkingLot()  # woken at each write and when idle
@@ -563,14 +597,17 @@ class Client:
         sessions) and delivered first, in order, so nothing sent for a new
         session is lost. Returns a :class:`Registration`.
         """
-        held = [n for n, _ in self._backlog if n.session_id == session_id]
+        held = [n for n in self._backlog if n.session_id == session_id]
         if held:
-            kept = [(n, size) for n, size in self._backlog if n.session_id != session_id]
+            kept = [n for n in self._backlog if n.session_id != session_id]
             self._backlog = deque(kept)
-            self._backlog_bytes = sum(size for _, size in kept)
+            self._backlog_bytes = sum(n.size for n in kept)
         registration = self._add_callback(self._session_callbacks, session_id, callback)
         for notification in held:
-            self._call(callback, notification)
+            self._call(
+                callback,
+                InboundNotification(notification.method, _decoded(notification.params), session_id),
+            )
         return registration
 
     # ------------------------------------------------------------- registrations
@@ -792,7 +829,9 @@ class Client:
             if isinstance(request_id, int) and 0 <= request_id < self._next_id:
                 log.debug("dropped a late response for settled request %r", request_id)
             else:
-                log.warning("dropped a response for request %r, which was never sent", request_id)
+                log.warning(
+                    "dropped a response for request %s, which was never sent", _brief(request_id)
+                )
             return
         slot.result = result
         slot.error = error
@@ -802,7 +841,9 @@ class Client:
         error = message.error
         if message.id is None:
             log.warning(
-                "peer reported an error about no request: [%s] %s", error.code, error.message
+                "peer reported an error about no request: [%s] %s",
+                error.code,
+                _brief(error.message),
             )
             return
         self._settle(message.id, None, RequestError(error.code, error.message, error.data))
@@ -817,39 +858,33 @@ class Client:
         callbacks = self._notification_callbacks.get(method)
         session_id = self._session_id_of(message.params)
         session_callbacks = self._session_callbacks.get(session_id) if session_id else None
-        if not callbacks and not session_callbacks and session_id is None:
+        if not callbacks and not session_callbacks:
+            if session_id is not None:
+                # Nobody takes it: keep it for the session's callback to come, as
+                # updates may precede session/new's answer.
+                self._hold(_Held(method, session_id, bytes(message.params)))
             return
-        try:
-            params = _any_decoder.decode(message.params) if message.params else None
-        except DECODE_ERRORS:
-            params = None
-        notification = InboundNotification(method, params, session_id)
+        notification = InboundNotification(method, _decoded(message.params), session_id)
         for callback in callbacks or ():
             self._call(callback, notification)
         if session_id is None:
             return
         # Looked up again: a method callback may have just registered this session.
-        session_callbacks = self._session_callbacks.get(session_id)
-        if session_callbacks:
-            for callback in list(session_callbacks):
-                self._call(callback, notification)
-        elif not callbacks:
-            # Nobody took it (no callback for the method or the session): keep it for
-            # the session's callback to come, as updates may precede session/new's answer.
-            self._hold(notification, len(message.params))
+        for callback in list(self._session_callbacks.get(session_id, ())):
+            self._call(callback, notification)
 
-    def _hold(self, notification: InboundNotification, size: int) -> None:
+    def _hold(self, held: _Held) -> None:
         """Keep a notification for a session nobody listens to yet, within bounds."""
-        self._backlog.append((notification, size))
-        self._backlog_bytes += size
+        self._backlog.append(held)
+        self._backlog_bytes += held.size
         while len(self._backlog) > _BACKLOG_LIMIT or self._backlog_bytes > _BACKLOG_BYTES:
-            dropped, dropped_size = self._backlog.popleft()
-            self._backlog_bytes -= dropped_size
+            dropped = self._backlog.popleft()
+            self._backlog_bytes -= dropped.size
             log.warning(
-                "dropped a held %s for session %r: more than %d notifications or %d bytes "
+                "dropped a held %s for session %s: more than %d notifications or %d bytes "
                 "held for sessions with no callback",
-                dropped.method,
-                dropped.session_id,
+                _brief(dropped.method),
+                _brief(dropped.session_id),
                 _BACKLOG_LIMIT,
                 _BACKLOG_BYTES,
             )
@@ -887,18 +922,33 @@ class Client:
                 method=message.method,
             )
         if message.id in self._inbound:
-            log.warning("peer reused id %r of a pending request; refusing the new one", message.id)
+            log.warning(
+                "peer reused id %s of a pending request; refusing the new one", _brief(message.id)
+            )
             self._queue(
                 encode_error(
                     message.id, ErrorCode.INVALID_REQUEST, "id of a pending request reused"
                 )
             )
             return
-        if self._closed is not None or len(self._inbound) >= self._max_pending:
-            # No handler starts once the connection is closing, nor past the bound
+        size = len(message.params) + len(message.method)
+        if isinstance(message.id, str):
+            size += len(message.id)
+        if (
+            self._closed is not None
+            or len(self._inbound) >= self._max_pending
+            or (self._inbound and self._pending_bytes + size > _PENDING_BYTES)
+        ):
+            # No handler starts once the connection is closing, nor past the bounds
             # on pending requests: answer at once, failing closed.
-            why = self._closed or f"more than {self._max_pending} requests pending"
-            log.warning("refused request %r (%s): %s", message.id, message.method, why)
+            why = self._closed or (
+                f"more than {self._max_pending} requests pending"
+                if len(self._inbound) >= self._max_pending
+                else f"more than {_PENDING_BYTES} bytes of requests pending"
+            )
+            log.warning(
+                "refused request %s (%s): %s", _brief(message.id), _brief(message.method), why
+            )
             if message.method == PERMISSION_METHOD:
                 self._queue(encode_result(message.id, _PERMISSION_CANCELLED))
                 self._emit(
@@ -911,13 +961,15 @@ class Client:
                 self._queue(encode_error(message.id, ErrorCode.INTERNAL_ERROR, why))
             return
         if message.method == PERMISSION_METHOD:
-            self._on_permission_request(message)
+            self._on_permission_request(message, size)
             return
         route = self._request_handlers.get(message.method)
         if route is None:
             self._queue(
                 encode_error(
-                    message.id, ErrorCode.METHOD_NOT_FOUND, f"method not found: {message.method}"
+                    message.id,
+                    ErrorCode.METHOD_NOT_FOUND,
+                    f"method not found: {message.method[:_BRIEF]}",
                 )
             )
             return
@@ -931,7 +983,7 @@ class Client:
         state = _Inbound(message.id, _session_of(params), self._now())
         state.method = message.method
         state.cancelled_result = route.cancelled_result
-        self._inbound[message.id] = state
+        self._pend(state, size)
         self._nursery.start_soon(self._run_request, state, route.handler, params)
 
     def _now(self, entry: _HandlerEntry | None = None) -> float:
@@ -947,12 +999,19 @@ class Client:
                 # Telemetry proves what happened; it never gets to change an answer.
                 self._host_code_failed(exc, "telemetry sink failed on %s", event)
 
-    def _on_permission_request(self, message: Request) -> None:
+    def _pend(self, state: _Inbound, size: int) -> None:
+        state.size = size
+        self._pending_bytes += size
+        self._inbound[state.id] = state
+
+    def _on_permission_request(self, message: Request, size: int) -> None:
         request_id = message.id
         try:
             request = permission_request_decoder.decode(message.params)
         except DECODE_ERRORS as exc:
-            log.warning("malformed permission request %r answered cancelled: %s", request_id, exc)
+            log.warning(
+                "malformed permission request %s answered cancelled: %s", _brief(request_id), exc
+            )
             self._emit(
                 "approval.malformed",
                 request_id=request_id,
@@ -965,9 +1024,9 @@ class Client:
         stack = self._permission_handlers.get(session_id)
         if not stack:
             log.warning(
-                "no handler for session %r: permission %r answered cancelled",
-                session_id,
-                request_id,
+                "no handler for session %s: permission %s answered cancelled",
+                _brief(session_id),
+                _brief(request_id),
             )
             self._emit("approval.unrouted", request_id=request_id, session_id=session_id)
             self._queue(encode_result(request_id, _PERMISSION_CANCELLED))
@@ -986,7 +1045,7 @@ class Client:
         # The answer is checked against this tuple of immutable options: the handler
         # may rebind request.options, it cannot change what was offered.
         state._offered = request.options if shared is None else shared
-        self._inbound[request_id] = state
+        self._pend(state, size)
         entry.pending[state] = None
         if entry.timeout is not None:
             self._watch_deadline(state.started + entry.timeout)
@@ -1136,6 +1195,7 @@ class Client:
             return False
         state.answered = True
         self._inbound.pop(state.id, None)
+        self._pending_bytes -= state.size
         shared = state.shared_options
         if shared is not None:
             shared.uses -= 1

@@ -8,6 +8,7 @@ import fractions
 import io
 import json
 import socket
+import tracemalloc
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -1364,7 +1365,7 @@ async def test_held_notifications_are_bounded_and_the_newest_are_kept(
         with client.on_session_notification("late", lambda note: seen.append(note.params["n"])):
             pass
     assert seen == [2, 3, 4]
-    assert "dropped a held session/update" in caplog.text
+    assert "dropped a held 'session/update'" in caplog.text
 
 
 async def test_after_a_write_failure_no_new_handler_starts() -> None:
@@ -1902,3 +1903,63 @@ async def test_a_callback_or_telemetry_sink_raising_a_base_exception_never_escap
     assert lived_on or stops
     if stops:
         assert (await peer.receive()) == {"jsonrpc": "2.0", "id": "pending", "result": CANCELLED}
+
+
+# --------------------------------------------------- every peer-fed store, in bytes
+
+
+async def test_held_notifications_are_kept_undecoded_so_their_memory_is_their_bytes() -> None:
+    # 384 KiB of "{}," decode into 128 Ki dicts, some 13 MiB: held four times over,
+    # that would be 50 MiB for 1.5 MiB of input.
+    params = b'{"sessionId":"late","x":[' + b"{}," * (128 * 1024) + b"{}]}"
+    note = b'{"jsonrpc":"2.0","method":"session/update","params":' + params + b"}"
+    async with connected() as (client, peer):
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            for _ in range(4):
+                await peer.send_raw(permclient.ContentLengthFramer.encode(note))
+            await assert_nothing_more(peer)
+            held = tracemalloc.get_traced_memory()[0] - before
+        finally:
+            tracemalloc.stop()
+        assert held < 4 * len(params) + 1024 * 1024
+        seen: list[int] = []
+        with client.on_session_notification(
+            "late", lambda note: seen.append(len(note.params["x"]))
+        ):
+            pass
+    assert seen == [128 * 1024 + 1] * 4
+
+
+async def test_pending_requests_are_bounded_in_bytes_and_one_is_always_let_in(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from permclient import _client
+
+    monkeypatch.setattr(_client, "_PENDING_BYTES", 10_000)
+    sink = io.StringIO()
+    async with connected(telemetry=permclient.JsonlTelemetry(sink)) as (client, peer):
+        waiter = Waiter()
+        with client.permission_handler("s", waiter):
+            await peer.ask_permission("s", "big", request_id="big", _meta={"pad": "x" * 20_000})
+            await waiter.arrived.wait()  # over the budget alone, but nothing else was pending
+            await peer.ask_permission("s", "small", request_id="refused")
+            assert await peer.receive() == {"jsonrpc": "2.0", "id": "refused", "result": CANCELLED}
+            waiter.release.set()
+            assert (await peer.receive())["id"] == "big"
+            for n in range(6):  # about 1.2 KB each: eight fit
+                await peer.ask_permission("s", f"c{n}", request_id=n, _meta={"pad": "y" * 1000})
+            assert sorted([(await peer.receive())["id"] for _ in range(6)]) == list(range(6))
+    assert len(waiter.seen) == 7
+    refused = [json.loads(line) for line in sink.getvalue().splitlines()]
+    refused = [event for event in refused if event["event"] == "approval.refused"]
+    assert [event["request_id"] for event in refused] == ["refused"]
+    assert "bytes of requests pending" in refused[0]["reason"]
+
+
+async def test_an_unknown_method_is_not_echoed_back_whole() -> None:
+    async with connected() as (_, peer):
+        await peer.request("x" * 1_000_000, {}, request_id=1)
+        reply = await peer.receive()
+        assert reply["error"]["code"] == -32601 and len(reply["error"]["message"]) < 200
