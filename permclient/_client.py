@@ -1386,7 +1386,9 @@ async def open_client(
     with :class:`ConnectionClosed`, writes the queued answers (shielded, also when
     an outer scope cancelled the client, for as long as the peer takes them: it
     gives up after 2 s without progress, or once the peer reads under 64 KiB/s),
-    then cancels the handlers and closes the stream.
+    then cancels the handlers and closes the stream. A ``SystemExit`` or
+    ``KeyboardInterrupt`` raised by a handler, callback or telemetry sink closes the
+    client in the same way, cancels the body, and is raised from here as itself.
 
     ``max_frame_size`` caps one inbound frame (larger ones are skipped);
     ``max_pending`` caps inbound requests awaiting an answer: past it a new
