@@ -122,9 +122,10 @@ def parse_message(frame: bytes) -> Message:
         return _invalid_shape(frame, str(exc))
     except DECODE_ERRORS as exc:
         return _unreadable(frame, f"invalid JSON: {exc}")
-    problem = _text_problem(frame)
-    if problem is not None:
-        return _not_text(env, f"message is not valid UTF-8 JSON: {problem}")
+    if not frame.isascii():  # (most frames are: then there is nothing more to check)
+        problem = _utf8_problem(frame)
+        if problem is not None:
+            return _not_text(env, f"message is not valid UTF-8 JSON: {problem}")
     if env.jsonrpc != "2.0":
         return InvalidMessage(
             ErrorCode.INVALID_REQUEST,
@@ -164,18 +165,17 @@ def parse_message(frame: bytes) -> Message:
     )
 
 
-def _text_problem(frame: bytes) -> str | None:
+def _utf8_problem(frame: bytes) -> str | None:
     """Why ``frame`` is not UTF-8 throughout, or ``None`` if it is.
 
     The envelope decoder checks the UTF-8 of what it decodes only: ``params``,
     ``result`` and ``error`` (and, further down, ``rawInput`` and unknown keys) are
     skipped unread. (Their escapes are checked: a lone surrogate fails the decode.)
     """
-    if not frame.isascii():
-        try:
-            frame.decode()
-        except UnicodeDecodeError as exc:
-            return f"invalid UTF-8 at byte {exc.start}"
+    try:
+        frame.decode()
+    except UnicodeDecodeError as exc:
+        return f"invalid UTF-8 at byte {exc.start}"
     return None
 
 
