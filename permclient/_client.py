@@ -68,9 +68,21 @@ NotificationCallback = Callable[["InboundNotification"], None]
 PERMISSION_METHOD: Final = "session/request_permission"
 _CANCEL_METHODS: Final = frozenset({"$/cancelRequest", "$/cancel_request"})
 _RECEIVE_SIZE: Final = 256 * 1024
-_FLUSH_GRACE_S: Final = 2.0
+# Teardown waits for queued answers while the peer takes them: it gives up after
+# _FLUSH_STALL_S without progress, and after _FLUSH_STALL_S plus one second per
+# _FLUSH_MIN_RATE bytes queued in all (a peer that reads, however slowly, at that
+# rate gets every answer; one that stopped reading holds us _FLUSH_STALL_S).
+_FLUSH_STALL_S: Final = 2.0
+_FLUSH_MIN_RATE: Final = 64 * 1024
+# The writer sends at most this much per send_all, so a slow reader shows progress.
+_WRITE_CHUNK: Final = 64 * 1024
 _BACKLOG_LIMIT: Final = 4096
 _BACKLOG_BYTES: Final = 16 * 1024 * 1024
+_HELD_OVERHEAD: Final = 200  # a held notification's own objects
+# Pending inbound requests: their params, methods and ids, in bytes of JSON (one is
+# always let in, up to max_frame_size).
+_PENDING_BYTES: Final = 128 * 1024 * 1024
+_BRIEF: Final = 80
 # Past this many queued bytes the reader stops reading until the writer catches
 # up: a peer that never reads cannot make us buffer its answers without end.
 _OUTBUF_HIGH_WATER: Final = 16 * 1024 * 1024
@@ -129,6 +141,32 @@ class InboundNotification(msgspec.Struct, frozen=True):
     method: str
     params: Any
     session_id: str | None
+
+
+class _Held:
+    """A notification held for a session with no callback yet: undecoded, as a
+    peer's few bytes of JSON can decode into many times as many of objects."""
+
+    __slots__ = ("method", "params", "session_id", "size")
+
+    def __init__(self, method: str, session_id: str, params: bytes) -> None:
+        self.method = method
+        self.session_id = session_id
+        self.params = params
+        self.size = _HELD_OVERHEAD + len(method) + len(params)
+
+
+def _decoded(params: bytes | msgspec.Raw) -> Any:
+    try:
+        return _any_decoder.decode(params) if params else None
+    except DECODE_ERRORS:
+        return None
+
+
+def _brief(value: object) -> str:
+    """``repr(value)``, cut short: peer strings in a log line, never megabytes of them."""
+    text = repr(value[: _BRIEF + 1] if isinstance(value, str) else value)
+    return text if len(text) <= _BRIEF else text[:_BRIEF] + "..."
 
 
 class Registration:
@@ -202,6 +240,7 @@ class _Inbound:
         "id",
         "method",
         "session_id",
+        "size",
         "started",
         "tool_call_id",
     )
@@ -220,6 +259,7 @@ class _Inbound:
         self.tool_call_id: str | None = None
         self.cancelled_result: Any = _NO_RESULT
         self._offered: tuple[PermissionOption, ...] | _SharedOptions = ()
+        self.size = 0  # counted against _PENDING_BYTES while pending
 
     @property
     def is_permission(self) -> bool:
@@ -307,18 +347,22 @@ class Client:
         self._request_handlers: dict[str, _Route] = {}
         self._notification_callbacks: dict[str, list[NotificationCallback]] = {}
         self._session_callbacks: dict[str, list[NotificationCallback]] = {}
-        self._backlog: deque[tuple[InboundNotification, int]] = deque()
+        self._backlog: deque[_Held] = deque()
         self._backlog_bytes = 0
         self._max_pending = max_pending
+        self._pending_bytes = 0
         self._outbuf = bytearray()
         self._writer_lot = trio.lowlevel.ParkingLot()
-        self._flushed_lot = trio.lowlevel.ParkingLot()
-        self._writing = False
+        self._written_lot = trio.lowlevel.ParkingLot()  # woken at each write and when idle
+        self._writing = 0  # bytes taken from _outbuf and not yet written
+        self._written = 0  # bytes written in all: teardown watches it move
         self._write_failed = False
         # The writer outlives an outer cancellation so owed answers still go out;
         # teardown cancels it once they are flushed (or the grace period ends).
         self._writer_scope = trio.CancelScope(shield=True)
         self._closed: str | None = None
+        self._stopped_by: BaseException | None = None  # a KeyboardInterrupt or SystemExit
+        self._body_scope = trio.CancelScope()  # the body of open_client
         self._closed_event = trio.Event()
         # Registrations' timeouts: one task sleeps until the earliest deadline, and
         # exists only while some request with a timeout is pending.
@@ -553,14 +597,17 @@ class Client:
         sessions) and delivered first, in order, so nothing sent for a new
         session is lost. Returns a :class:`Registration`.
         """
-        held = [n for n, _ in self._backlog if n.session_id == session_id]
+        held = [n for n in self._backlog if n.session_id == session_id]
         if held:
-            kept = [(n, size) for n, size in self._backlog if n.session_id != session_id]
+            kept = [n for n in self._backlog if n.session_id != session_id]
             self._backlog = deque(kept)
-            self._backlog_bytes = sum(size for _, size in kept)
+            self._backlog_bytes = sum(n.size for n in kept)
         registration = self._add_callback(self._session_callbacks, session_id, callback)
         for notification in held:
-            self._call(callback, notification)
+            self._call(
+                callback,
+                InboundNotification(notification.method, _decoded(notification.params), session_id),
+            )
         return registration
 
     # ------------------------------------------------------------- registrations
@@ -580,12 +627,33 @@ class Client:
 
         return Registration(undo)
 
-    @staticmethod
-    def _call(callback: NotificationCallback, notification: InboundNotification) -> None:
+    def _call(self, callback: NotificationCallback, notification: InboundNotification) -> None:
         try:
             callback(notification)
-        except Exception:
-            log.exception("notification callback for %s failed", notification.method)
+        except BaseException as exc:
+            self._host_code_failed(exc, "notification callback for %s failed", notification.method)
+
+    def _host_code_failed(self, exc: BaseException, what: str, *args: object) -> None:
+        """Contain what the host's code (a handler, a callback, a telemetry sink) raised.
+
+        ``KeyboardInterrupt`` and ``SystemExit`` stop the client: :func:`open_client`
+        raises them, once every pending request is answered, instead of an exception
+        group. A ``trio.Cancelled`` is re-raised when this task is being cancelled;
+        one that no cancellation caused (made by the host) is logged like any error.
+        """
+        if isinstance(exc, KeyboardInterrupt | SystemExit):
+            log.error("%s; %s stops the client", what % args, type(exc).__name__)
+            self._stop(exc)
+        elif isinstance(exc, trio.Cancelled) and trio.current_effective_deadline() == -math.inf:
+            raise exc
+        else:
+            log.error(what, *args, exc_info=exc)
+
+    def _stop(self, exc: BaseException) -> None:
+        if self._stopped_by is None:
+            self._stopped_by = exc
+        self._connection_lost(f"stopped by {type(exc).__name__}")
+        self._body_scope.cancel()
 
     # ------------------------------------------------------------------- writing
 
@@ -607,27 +675,74 @@ class Client:
     async def _write_until_failed(self) -> None:
         while True:
             if not self._outbuf:
-                if self._flushed_lot:
-                    self._flushed_lot.unpark_all()
+                if self._written_lot:
+                    self._written_lot.unpark_all()
                 await self._writer_lot.park()
                 continue
             data, self._outbuf = self._outbuf, bytearray()
-            self._writing = True
+            self._writing = len(data)
             try:
-                await self._stream.send_all(data)
+                if len(data) <= _WRITE_CHUNK:
+                    await self._stream.send_all(data)
+                else:
+                    view = memoryview(data)
+                    for start in range(0, len(data), _WRITE_CHUNK):
+                        await self._stream.send_all(view[start : start + _WRITE_CHUNK])
+                        self._progress(min(_WRITE_CHUNK, len(data) - start))
+                    del view
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-                self._write_failed = True
-                self._outbuf.clear()
-                self._flushed_lot.unpark_all()
+                self._lose_writer()
                 self._connection_lost(f"write failed: {exc or type(exc).__name__}")
                 return
+            except (KeyboardInterrupt, SystemExit) as exc:
+                self._lose_writer()  # perhaps half way through a frame
+                self._stop(exc)
+                return
             finally:
-                self._writing = False
+                self._progress(self._writing)  # all of it, or the connection is lost
                 del data  # a burst's answers can be megabytes: not held while parked
 
+    def _lose_writer(self) -> None:
+        self._write_failed = True
+        self._outbuf.clear()
+        self._written_lot.unpark_all()
+
+    def _progress(self, sent: int) -> None:
+        self._writing -= sent
+        self._written += sent
+        if self._written_lot:
+            self._written_lot.unpark_all()
+
+    def _flushed(self) -> bool:
+        return self._write_failed or not (self._outbuf or self._writing)
+
     async def _wait_flushed(self) -> None:
-        while (self._outbuf or self._writing) and not self._write_failed:
-            await self._flushed_lot.park()
+        while not self._flushed():
+            await self._written_lot.park()
+
+    async def _flush(self) -> None:
+        """Wait until everything queued is written, within the bounds of _FLUSH_STALL_S."""
+        queued = len(self._outbuf) + self._writing
+        deadline = trio.current_time() + _FLUSH_STALL_S + queued / _FLUSH_MIN_RATE
+        while not self._flushed():
+            written = self._written
+            with trio.move_on_at(min(deadline, trio.current_time() + _FLUSH_STALL_S)):
+                while self._written == written and not self._flushed():
+                    await self._written_lot.park()
+            if self._written == written and not self._flushed():
+                log.warning(
+                    "gave up writing %d queued bytes: the peer took none for %s s",
+                    len(self._outbuf) + self._writing,
+                    _FLUSH_STALL_S,
+                )
+                return
+            if trio.current_time() >= deadline and not self._flushed():
+                log.warning(
+                    "gave up writing %d queued bytes: the peer reads under %d bytes/s",
+                    len(self._outbuf) + self._writing,
+                    _FLUSH_MIN_RATE,
+                )
+                return
 
     # ------------------------------------------------------------------- reading
 
@@ -659,6 +774,8 @@ class Client:
                 self._start_handlers()
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             self._connection_lost(f"read failed: {exc or type(exc).__name__}")
+        except (KeyboardInterrupt, SystemExit) as exc:
+            self._stop(exc)  # e.g. trio delivering Ctrl-C here
         except Exception as exc:
             # Never blow up the caller's nursery: a failed reader is a closed connection.
             log.exception("reader failed")
@@ -686,8 +803,23 @@ class Client:
 
     def _on_invalid(self, message: InvalidMessage) -> None:
         log.warning("invalid message from peer: %s", message.reason)
-        if message.reply:
-            self._queue(encode_error(message.id, message.code, message.reason))
+        if not message.reply:
+            return
+        if message.method is not None and self._telemetry is not None:
+            self._emit(
+                "server_request.start",
+                request_id=message.id,
+                session_id=None,
+                method=message.method,
+            )
+        if message.method == PERMISSION_METHOD and message.id is not None:
+            # Still a permission request: it fails closed as a malformed one does.
+            self._emit(
+                "approval.malformed", request_id=message.id, session_id=None, reason=message.reason
+            )
+            self._queue(encode_result(message.id, _PERMISSION_CANCELLED))
+            return
+        self._queue(encode_error(message.id, message.code, message.reason))
 
     def _settle(
         self, request_id: RequestId, result: msgspec.Raw | None, error: Exception | None
@@ -697,7 +829,9 @@ class Client:
             if isinstance(request_id, int) and 0 <= request_id < self._next_id:
                 log.debug("dropped a late response for settled request %r", request_id)
             else:
-                log.warning("dropped a response for request %r, which was never sent", request_id)
+                log.warning(
+                    "dropped a response for request %s, which was never sent", _brief(request_id)
+                )
             return
         slot.result = result
         slot.error = error
@@ -707,7 +841,9 @@ class Client:
         error = message.error
         if message.id is None:
             log.warning(
-                "peer reported an error about no request: [%s] %s", error.code, error.message
+                "peer reported an error about no request: [%s] %s",
+                error.code,
+                _brief(error.message),
             )
             return
         self._settle(message.id, None, RequestError(error.code, error.message, error.data))
@@ -722,39 +858,33 @@ class Client:
         callbacks = self._notification_callbacks.get(method)
         session_id = self._session_id_of(message.params)
         session_callbacks = self._session_callbacks.get(session_id) if session_id else None
-        if not callbacks and not session_callbacks and session_id is None:
+        if not callbacks and not session_callbacks:
+            if session_id is not None:
+                # Nobody takes it: keep it for the session's callback to come, as
+                # updates may precede session/new's answer.
+                self._hold(_Held(method, session_id, bytes(message.params)))
             return
-        try:
-            params = _any_decoder.decode(message.params) if message.params else None
-        except DECODE_ERRORS:
-            params = None
-        notification = InboundNotification(method, params, session_id)
+        notification = InboundNotification(method, _decoded(message.params), session_id)
         for callback in callbacks or ():
             self._call(callback, notification)
         if session_id is None:
             return
         # Looked up again: a method callback may have just registered this session.
-        session_callbacks = self._session_callbacks.get(session_id)
-        if session_callbacks:
-            for callback in list(session_callbacks):
-                self._call(callback, notification)
-        elif not callbacks:
-            # Nobody took it (no callback for the method or the session): keep it for
-            # the session's callback to come, as updates may precede session/new's answer.
-            self._hold(notification, len(message.params))
+        for callback in list(self._session_callbacks.get(session_id, ())):
+            self._call(callback, notification)
 
-    def _hold(self, notification: InboundNotification, size: int) -> None:
+    def _hold(self, held: _Held) -> None:
         """Keep a notification for a session nobody listens to yet, within bounds."""
-        self._backlog.append((notification, size))
-        self._backlog_bytes += size
+        self._backlog.append(held)
+        self._backlog_bytes += held.size
         while len(self._backlog) > _BACKLOG_LIMIT or self._backlog_bytes > _BACKLOG_BYTES:
-            dropped, dropped_size = self._backlog.popleft()
-            self._backlog_bytes -= dropped_size
+            dropped = self._backlog.popleft()
+            self._backlog_bytes -= dropped.size
             log.warning(
-                "dropped a held %s for session %r: more than %d notifications or %d bytes "
+                "dropped a held %s for session %s: more than %d notifications or %d bytes "
                 "held for sessions with no callback",
-                dropped.method,
-                dropped.session_id,
+                _brief(dropped.method),
+                _brief(dropped.session_id),
                 _BACKLOG_LIMIT,
                 _BACKLOG_BYTES,
             )
@@ -792,18 +922,33 @@ class Client:
                 method=message.method,
             )
         if message.id in self._inbound:
-            log.warning("peer reused id %r of a pending request; refusing the new one", message.id)
+            log.warning(
+                "peer reused id %s of a pending request; refusing the new one", _brief(message.id)
+            )
             self._queue(
                 encode_error(
                     message.id, ErrorCode.INVALID_REQUEST, "id of a pending request reused"
                 )
             )
             return
-        if self._closed is not None or len(self._inbound) >= self._max_pending:
-            # No handler starts once the connection is closing, nor past the bound
+        size = len(message.params) + len(message.method)
+        if isinstance(message.id, str):
+            size += len(message.id)
+        if (
+            self._closed is not None
+            or len(self._inbound) >= self._max_pending
+            or (self._inbound and self._pending_bytes + size > _PENDING_BYTES)
+        ):
+            # No handler starts once the connection is closing, nor past the bounds
             # on pending requests: answer at once, failing closed.
-            why = self._closed or f"more than {self._max_pending} requests pending"
-            log.warning("refused request %r (%s): %s", message.id, message.method, why)
+            why = self._closed or (
+                f"more than {self._max_pending} requests pending"
+                if len(self._inbound) >= self._max_pending
+                else f"more than {_PENDING_BYTES} bytes of requests pending"
+            )
+            log.warning(
+                "refused request %s (%s): %s", _brief(message.id), _brief(message.method), why
+            )
             if message.method == PERMISSION_METHOD:
                 self._queue(encode_result(message.id, _PERMISSION_CANCELLED))
                 self._emit(
@@ -816,13 +961,15 @@ class Client:
                 self._queue(encode_error(message.id, ErrorCode.INTERNAL_ERROR, why))
             return
         if message.method == PERMISSION_METHOD:
-            self._on_permission_request(message)
+            self._on_permission_request(message, size)
             return
         route = self._request_handlers.get(message.method)
         if route is None:
             self._queue(
                 encode_error(
-                    message.id, ErrorCode.METHOD_NOT_FOUND, f"method not found: {message.method}"
+                    message.id,
+                    ErrorCode.METHOD_NOT_FOUND,
+                    f"method not found: {message.method[:_BRIEF]}",
                 )
             )
             return
@@ -836,7 +983,7 @@ class Client:
         state = _Inbound(message.id, _session_of(params), self._now())
         state.method = message.method
         state.cancelled_result = route.cancelled_result
-        self._inbound[message.id] = state
+        self._pend(state, size)
         self._nursery.start_soon(self._run_request, state, route.handler, params)
 
     def _now(self, entry: _HandlerEntry | None = None) -> float:
@@ -848,16 +995,23 @@ class Client:
         if self._telemetry is not None:
             try:
                 self._telemetry.emit(event, **fields)
-            except Exception:
+            except BaseException as exc:
                 # Telemetry proves what happened; it never gets to change an answer.
-                log.exception("telemetry sink failed on %s", event)
+                self._host_code_failed(exc, "telemetry sink failed on %s", event)
 
-    def _on_permission_request(self, message: Request) -> None:
+    def _pend(self, state: _Inbound, size: int) -> None:
+        state.size = size
+        self._pending_bytes += size
+        self._inbound[state.id] = state
+
+    def _on_permission_request(self, message: Request, size: int) -> None:
         request_id = message.id
         try:
             request = permission_request_decoder.decode(message.params)
         except DECODE_ERRORS as exc:
-            log.warning("malformed permission request %r answered cancelled: %s", request_id, exc)
+            log.warning(
+                "malformed permission request %s answered cancelled: %s", _brief(request_id), exc
+            )
             self._emit(
                 "approval.malformed",
                 request_id=request_id,
@@ -870,9 +1024,9 @@ class Client:
         stack = self._permission_handlers.get(session_id)
         if not stack:
             log.warning(
-                "no handler for session %r: permission %r answered cancelled",
-                session_id,
-                request_id,
+                "no handler for session %s: permission %s answered cancelled",
+                _brief(session_id),
+                _brief(request_id),
             )
             self._emit("approval.unrouted", request_id=request_id, session_id=session_id)
             self._queue(encode_result(request_id, _PERMISSION_CANCELLED))
@@ -891,7 +1045,7 @@ class Client:
         # The answer is checked against this tuple of immutable options: the handler
         # may rebind request.options, it cannot change what was offered.
         state._offered = request.options if shared is None else shared
-        self._inbound[request_id] = state
+        self._pend(state, size)
         entry.pending[state] = None
         if entry.timeout is not None:
             self._watch_deadline(state.started + entry.timeout)
@@ -967,8 +1121,10 @@ class Client:
         answer: object = _UNANSWERED
         try:
             answer = await relay
-        except Exception:
-            log.exception(
+        except BaseException as exc:
+            self._finish_permission(relay.owner, _UNANSWERED)
+            self._host_code_failed(
+                exc,
                 "permission handler for session %r failed; answered cancelled",
                 cast(_Inbound, relay.owner).session_id,
             )
@@ -984,12 +1140,13 @@ class Client:
                 continue  # withdrawn before its handler ran: no card for a settled question
             try:
                 finished, outcome = start(state, handler, request)
-            except Exception:
-                log.exception(
+            except BaseException as exc:
+                self._answer_permission(state, _CANCELLED)
+                self._host_code_failed(
+                    exc,
                     "permission handler for session %r failed; answered cancelled",
                     state.session_id,
                 )
-                self._answer_permission(state, _CANCELLED)
                 continue
             if finished:
                 self._answer_permission(state, _checked_decision(outcome, state.offered))
@@ -1038,6 +1195,7 @@ class Client:
             return False
         state.answered = True
         self._inbound.pop(state.id, None)
+        self._pending_bytes -= state.size
         shared = state.shared_options
         if shared is not None:
             shared.uses -= 1
@@ -1060,11 +1218,16 @@ class Client:
         if state.answered:
             return
         state.cancel()
-        if not state.is_permission:
-            if by != "peer" and self._retire(state):
-                self._queue(self._cancelled_answer(state))
+        if by != "peer" or state.is_permission:
+            self._withdraw(state, by)
+
+    def _withdraw(self, state: _Inbound, by: str) -> None:
+        """Answer a pending inbound request as cancelled now; its handler is left alone."""
+        if not self._retire(state):
             return
-        self._retire(state)
+        if not state.is_permission:
+            self._queue(self._cancelled_answer(state))
+            return
         self._queue(encode_result(state.id, _PERMISSION_CANCELLED))
         if self._telemetry is not None:
             self._emit(
@@ -1100,10 +1263,15 @@ class Client:
         except RequestError as exc:
             if not state.cancel_called and self._retire(state):
                 self._queue(_encode_request_error(state.id, exc))
-        except Exception:
-            log.exception("request handler failed")
-            if not state.cancel_called and self._retire(state):
+        except BaseException as exc:
+            # (A trio.Cancelled is answered as one, by the finally.)
+            if (
+                not isinstance(exc, trio.Cancelled)
+                and not state.cancel_called
+                and self._retire(state)
+            ):
                 self._queue(encode_error(state.id, ErrorCode.INTERNAL_ERROR, "internal error"))
+            self._host_code_failed(exc, "request handler for %r failed", state.method)
         finally:
             # Every path, our own cancellation included: exactly one answer.
             if self._retire(state):
@@ -1133,7 +1301,12 @@ class Client:
     # ------------------------------------------------------------------ teardown
 
     def _connection_lost(self, reason: str) -> None:
-        """Fail every pending call and cancel every handler; idempotent."""
+        """Fail every pending call, answer every pending request, cancel every handler.
+
+        Idempotent. The handlers are cancelled once the answers are written (or the
+        writing gave up): thousands of handlers unwinding must not keep the writer
+        from its answers, and unwinding ones have nothing left to say.
+        """
         if self._closed is not None:
             return
         self._closed = reason
@@ -1144,8 +1317,20 @@ class Client:
         for slot in outbound.values():
             slot.error = ConnectionClosed(reason)
             slot.done.set()
-        for state in list(self._inbound.values()):
-            self._cancel_inbound(state, "teardown")
+        withdrawn = list(self._inbound.values())
+        for state in withdrawn:
+            self._withdraw(state, "teardown")
+        if withdrawn:
+            self._nursery.start_soon(
+                self._cancel_when_flushed, withdrawn, name="permclient: teardown"
+            )
+
+    async def _cancel_when_flushed(self, states: list[_Inbound]) -> None:
+        try:
+            await self._flush()
+        finally:
+            for state in states:
+                state.cancel()
 
 
 def _checked_decision(answer: object, offered: tuple[PermissionOption, ...]) -> Decision:
@@ -1198,8 +1383,12 @@ async def open_client(
     ``"acp"`` (newline-delimited, ``$/cancel_request``). Leaving the context
     answers every pending permission request ``cancelled`` (other inbound
     requests get -32800, or their ``cancelled_result``), fails pending requests
-    with :class:`ConnectionClosed`, flushes queued answers (up to 2 s, shielded,
-    also when an outer scope cancelled the client) and closes the stream.
+    with :class:`ConnectionClosed`, writes the queued answers (shielded, also when
+    an outer scope cancelled the client, for as long as the peer takes them: it
+    gives up after 2 s without progress, or once the peer reads under 64 KiB/s),
+    then cancels the handlers and closes the stream. A ``SystemExit`` or
+    ``KeyboardInterrupt`` raised by a handler, callback or telemetry sink closes the
+    client in the same way, cancels the body, and is raised from here as itself.
 
     ``max_frame_size`` caps one inbound frame (larger ones are skipped);
     ``max_pending`` caps inbound requests awaiting an answer: past it a new
@@ -1225,16 +1414,19 @@ async def open_client(
         nursery.start_soon(client._reader_loop)
         nursery.start_soon(client._writer_loop)
         try:
-            yield client
+            with client._body_scope:
+                yield client
         except BaseException as exc:
             body_error = exc
         finally:
             client._connection_lost("the client was closed")
-            with trio.move_on_after(_FLUSH_GRACE_S, shield=True):
-                await client._wait_flushed()
+            with trio.CancelScope(shield=True):
+                await client._flush()
             client._writer_scope.cancel()
             nursery.cancel_scope.cancel()
             with trio.CancelScope(shield=True):
                 await stream.aclose()
+    if client._stopped_by is not None:
+        raise client._stopped_by
     if body_error is not None:
         raise body_error

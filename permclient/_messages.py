@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import re
 from typing import Any, Final
 
 import msgspec
@@ -85,6 +86,9 @@ class InvalidMessage(msgspec.Struct, gc=False):
     reason: str
     id: RequestId | None = None
     reply: bool = True
+    method: str | None = None
+    """The method a request named, when it could be read (a permission request that is
+    not valid UTF-8 JSON is still one: it is answered ``cancelled``)."""
 
 
 Message = Request | Notification | Response | ErrorResponse | InvalidMessage
@@ -93,6 +97,8 @@ DECODE_ERRORS: Final = (msgspec.DecodeError, RecursionError)
 """What decoding a peer's bytes can raise: msgspec raises RecursionError, not a
 DecodeError, for JSON nested about a thousand levels deep."""
 
+# An escape of a UTF-16 surrogate, to repair (never to read) a frame that does not decode.
+_SURROGATE_ESCAPE: Final = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 _envelope_decoder: Final = msgspec.json.Decoder(_Envelope)
 _any_decoder: Final = msgspec.json.Decoder()
 _error_decoder: Final = msgspec.json.Decoder(ErrorObject)
@@ -105,14 +111,21 @@ def parse_message(frame: bytes) -> Message:
     Returns a :class:`Request`, :class:`Notification`, :class:`Response`,
     :class:`ErrorResponse` or, for anything else, an :class:`InvalidMessage`
     (invalid JSON: ``PARSE_ERROR``; a non-object, a batch array or a malformed
-    object: ``INVALID_REQUEST``).
+    object: ``INVALID_REQUEST``). A message that is not UTF-8 JSON anywhere, even in
+    a part left undecoded here, is never a ``Request``, ``Notification`` or
+    ``Response``: a response becomes an ``ErrorResponse`` (``PARSE_ERROR``) for its
+    id, anything else an ``InvalidMessage`` with the id and method when readable.
     """
     try:
         env = _envelope_decoder.decode(frame)
     except msgspec.ValidationError as exc:
         return _invalid_shape(frame, str(exc))
     except DECODE_ERRORS as exc:
-        return InvalidMessage(ErrorCode.PARSE_ERROR, f"invalid JSON: {exc}")
+        return _unreadable(frame, f"invalid JSON: {exc}")
+    if not frame.isascii():  # (most frames are: then there is nothing more to check)
+        problem = _utf8_problem(frame)
+        if problem is not None:
+            return _not_text(env, f"message is not valid UTF-8 JSON: {problem}")
     if env.jsonrpc != "2.0":
         return InvalidMessage(
             ErrorCode.INVALID_REQUEST,
@@ -150,6 +163,56 @@ def parse_message(frame: bytes) -> Message:
         env.id,
         reply=False,
     )
+
+
+def _utf8_problem(frame: bytes) -> str | None:
+    """Why ``frame`` is not UTF-8 throughout, or ``None`` if it is.
+
+    The envelope decoder checks the UTF-8 of what it decodes only: ``params``,
+    ``result`` and ``error`` (and, further down, ``rawInput`` and unknown keys) are
+    skipped unread. (Their escapes are checked: a lone surrogate fails the decode.)
+    """
+    try:
+        frame.decode()
+    except UnicodeDecodeError as exc:
+        return f"invalid UTF-8 at byte {exc.start}"
+    return None
+
+
+def _unreadable(frame: bytes, reason: str) -> Message:
+    """A frame that does not decode: its id and method, when a repaired copy shows them.
+
+    Invalid UTF-8 and lone surrogate escapes are the errors a peer makes inside a
+    string, which leave the message around it readable; the repaired copy only
+    addresses the error response (a permission request still gets ``cancelled``).
+    """
+    repaired = frame
+    if not frame.isascii():
+        repaired = frame.decode(errors="replace").encode()
+    if b"\\u" in repaired:
+        repaired = _SURROGATE_ESCAPE.sub(rb"\\ufffd", repaired)
+    if repaired != frame:
+        try:
+            return _not_text(_envelope_decoder.decode(repaired), reason)
+        except DECODE_ERRORS:
+            pass
+    return InvalidMessage(ErrorCode.PARSE_ERROR, reason)
+
+
+def _not_text(env: _Envelope, reason: str) -> Message:
+    """What a readable envelope around text that is not UTF-8 JSON stands for.
+
+    A request gets an error response (a permission request: ``cancelled``) naming its
+    id; a response fails the request it answers; a notification is dropped.
+    """
+    msg_id = None if env.id is UNSET else env.id
+    if env.method is not UNSET:
+        return InvalidMessage(
+            ErrorCode.PARSE_ERROR, reason, msg_id, reply=env.id is not UNSET, method=env.method
+        )
+    if msg_id is not None and (env.result or env.error):
+        return ErrorResponse(msg_id, ErrorObject(ErrorCode.PARSE_ERROR, reason))
+    return InvalidMessage(ErrorCode.PARSE_ERROR, reason, msg_id, reply=False)
 
 
 def _invalid_shape(frame: bytes, reason: str) -> InvalidMessage:

@@ -24,6 +24,10 @@ _ABSENT: Final = msgspec.Raw()
 _NULL: Final = msgspec.Raw(b"null")
 _STATUS_RANK: Final = {"pending": 0, "in_progress": 1, "completed": 2, "failed": 2}
 _FINAL_RANK: Final = 2
+# What a ToolCallState and its table entry cost besides the strings and JSON it keeps.
+_STATE_OVERHEAD: Final = 320
+DEFAULT_MAX_BYTES: Final = 64 * 1024 * 1024
+_encoder: Final = msgspec.json.Encoder()
 
 
 class ToolCallState:
@@ -32,6 +36,8 @@ class ToolCallState:
     __slots__ = (
         "_announced",
         "_approvals",
+        "_detail_size",
+        "_size",
         "content",
         "kind",
         "locations",
@@ -56,6 +62,8 @@ class ToolCallState:
         self.raw_output_json: msgspec.Raw = _ABSENT
         self._approvals = 0
         self._announced = False  # seen in a session/update, not only in a permission request
+        self._detail_size = 0  # JSON bytes of content and locations
+        self._size = 0  # what the tracker counts for it, as of its last fold
 
     @property
     def raw_input(self) -> Any:
@@ -115,17 +123,32 @@ class ToolCallTracker:
     A :class:`~permclient.Client` keeps one as ``client.tool_calls`` and feeds it
     every ``session/update`` and every permission request; hosts read it.
 
-    Memory is bounded: past ``max_per_session`` tool calls not awaiting
-    approval in one session, the oldest of them are forgotten (those awaiting
-    approval are bounded by the client's ``max_pending``), and past ``max_sessions``
-    sessions, the oldest session with nothing awaiting approval is.
+    Memory is bounded, in count and in bytes: past ``max_per_session`` tool calls
+    not awaiting approval in one session, the oldest of them are forgotten (those
+    awaiting approval are bounded by the client's ``max_pending``); past
+    ``max_sessions`` sessions, the oldest session with nothing awaiting approval
+    is. What the states keep (titles, ``rawInput``/``rawOutput``, content and
+    locations, counted as the JSON they came in, plus about 320 bytes a call) is
+    held to ``max_bytes``: past it the oldest tool calls not awaiting approval are
+    forgotten, and when that is not enough the update that went over keeps only
+    its status (the details are dropped, with a warning). The settled calls not yet
+    forgotten may take up to a quarter more (they go a quarter at a time).
     """
 
-    def __init__(self, *, max_per_session: int = 1024, max_sessions: int = 4096) -> None:
-        if max_per_session < 1 or max_sessions < 1:
-            raise ValueError("max_per_session and max_sessions must be at least 1")
+    def __init__(
+        self,
+        *,
+        max_per_session: int = 1024,
+        max_sessions: int = 4096,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+    ) -> None:
+        if max_per_session < 1 or max_sessions < 1 or max_bytes < 1:
+            raise ValueError("max_per_session, max_sessions and max_bytes must be at least 1")
         self._max_per_session = max_per_session
         self._max_sessions = max_sessions
+        self._max_bytes = max_bytes
+        self._bytes = 0  # counted for every ToolCallState held
+        self._settled_bytes = 0  # ... of those not awaiting approval (the evictable ones)
         # A tool call known only from one pending permission request is held as
         # that request's own ToolCallUpdate (it is in memory anyway) and becomes a
         # ToolCallState when anything more happens to it or anyone asks for it.
@@ -145,9 +168,15 @@ class ToolCallTracker:
         calls = self._calls.get(session_id, {})
         return [self._materialised(calls, session_id, key) for key in list(calls)]
 
+    @property
+    def held_bytes(self) -> int:
+        """What the tracker counts against ``max_bytes`` now."""
+        return self._bytes
+
     def forget_session(self, session_id: str) -> None:
         """Drop what is known of a session (e.g. when the host closes it)."""
-        self._calls.pop(session_id, None)
+        for held in self._calls.pop(session_id, {}).values():
+            self._uncount(held)
         self._awaiting.pop(session_id, None)
 
     def apply_notification(self, params: bytes) -> ToolCallState | None:
@@ -177,12 +206,16 @@ class ToolCallTracker:
                 state.locations = _locations_decoder.decode(head.locations)
             except DECODE_ERRORS as exc:
                 log.debug("tracker: ignoring unreadable tool call locations: %s", exc)
+        if head.content or head.locations:
+            state._detail_size = _detail_size(state)
+        self._resize(state)
         return state
 
     def apply_update(self, session_id: str, update: ToolCallUpdate) -> ToolCallState:
         """Fold a typed tool call update (e.g. the one inside a permission request)."""
         state = self._state(session_id, update.tool_call_id)
         self._fold(state, update)
+        self._resize(state)
         return state
 
     def _fold(self, state: ToolCallState, update: ToolCallUpdate) -> None:
@@ -198,6 +231,8 @@ class ToolCallTracker:
             state.content = update.content
         if update.locations is not None:
             state.locations = update.locations
+        if update.content is not None or update.locations is not None:
+            state._detail_size = _detail_size(state)
 
     def begin_approval(self, session_id: str, update: ToolCallUpdate) -> None:
         """Fold the request's tool call and mark it awaiting approval."""
@@ -210,6 +245,7 @@ class ToolCallTracker:
         state = self.apply_update(session_id, update)
         if state._approvals == 0:
             self._awaiting[session_id] = self._awaiting.get(session_id, 0) + 1
+            self._settled_bytes -= state._size
         state._approvals += 1
 
     def end_approval(self, session_id: str, tool_call_id: str) -> None:
@@ -228,6 +264,7 @@ class ToolCallTracker:
             state._approvals -= 1
             if state._approvals:
                 return
+            self._settled_bytes += state._size
         left = self._awaiting[session_id] - 1
         if left:
             self._awaiting[session_id] = left
@@ -237,7 +274,7 @@ class ToolCallTracker:
             # Known only through its permission requests, all answered now:
             # no update will ever move it, so there is nothing left to track.
             assert calls is not None
-            del calls[tool_call_id]
+            self._uncount(calls.pop(tool_call_id))
 
     def _state(self, session_id: str, tool_call_id: str) -> ToolCallState:
         calls = self._calls.get(session_id)
@@ -271,12 +308,13 @@ class ToolCallTracker:
         state = calls[tool_call_id] = ToolCallState(session_id, tool_call_id)
         state._approvals = 1
         self._fold(state, held)
+        self._resize(state)
         return state
 
     def _evict_session(self) -> None:
         for session_id in self._calls:
             if session_id not in self._awaiting:
-                del self._calls[session_id]
+                self.forget_session(session_id)
                 return
 
     def _evict(self, calls: dict[str, ToolCallState | ToolCallUpdate], settled: int) -> None:
@@ -295,7 +333,62 @@ class ToolCallTracker:
             )
         )
         for key in stale:
-            del calls[key]
+            self._uncount(calls.pop(key))
+
+    def _uncount(self, held: ToolCallState | ToolCallUpdate) -> None:
+        """Take a state that is no longer held out of the byte count."""
+        if isinstance(held, ToolCallState):
+            self._bytes -= held._size
+            if not held._approvals:
+                self._settled_bytes -= held._size
+
+    def _resize(self, state: ToolCallState) -> None:
+        """Count ``state`` as it is now, and keep the total within ``max_bytes``."""
+        size = _size(state)
+        grown = size - state._size
+        state._size = size
+        self._bytes += grown
+        if not state._approvals:
+            self._settled_bytes += grown
+        if grown > 0 and self._bytes > self._max_bytes:
+            self._shrink(state)
+
+    def _shrink(self, grown: ToolCallState) -> None:
+        # Forgetting settled calls means a scan; only when it frees a quarter of
+        # the budget at least, so that the scans are paid for by that much input.
+        if self._settled_bytes - (0 if grown._approvals else grown._size) >= self._max_bytes // 4:
+            self._forget_oldest(grown, self._max_bytes * 3 // 4)
+        if self._bytes > self._max_bytes:
+            log.warning(
+                "tracker: over its %d bytes; kept only the status of tool call %r of session %r",
+                self._max_bytes,
+                grown.tool_call_id[:64],
+                grown.session_id[:64],
+            )
+            grown.title = grown.kind = grown.content = grown.locations = None
+            grown.raw_input_json = grown.raw_output_json = _ABSENT
+            grown._detail_size = 0
+            self._resize(grown)
+
+    def _forget_oldest(self, keep: ToolCallState, target: int) -> None:
+        """Forget settled tool calls, oldest session and call first, down to ``target`` bytes."""
+        forgotten = 0
+        for session_id, calls in list(self._calls.items()):
+            for key, held in list(calls.items()):
+                if self._bytes <= target:
+                    break
+                if isinstance(held, ToolCallState) and not held._approvals and held is not keep:
+                    self._uncount(calls.pop(key))
+                    forgotten += 1
+            if not calls and session_id not in self._awaiting and session_id != keep.session_id:
+                del self._calls[session_id]
+            if self._bytes <= target:
+                break
+        log.warning(
+            "tracker: over its %d bytes; forgot the %d oldest settled tool calls",
+            self._max_bytes,
+            forgotten,
+        )
 
     @staticmethod
     def _merge(
@@ -320,3 +413,26 @@ class ToolCallTracker:
         # Forward only; final is final; an unknown status is ignored.
         if rank is not None and rank > current:
             state.status = status  # type: ignore[assignment]
+
+
+def _detail_size(state: ToolCallState) -> int:
+    """JSON bytes of a state's content and locations."""
+    size = 0
+    if state.content is not None:
+        size += len(_encoder.encode(state.content))
+    if state.locations is not None:
+        size += len(_encoder.encode(state.locations))
+    return size
+
+
+def _size(state: ToolCallState) -> int:
+    return (
+        _STATE_OVERHEAD
+        + len(state.session_id)
+        + len(state.tool_call_id)
+        + len(state.title or "")
+        + len(state.kind or "")
+        + len(state.raw_input_json)
+        + len(state.raw_output_json)
+        + state._detail_size
+    )

@@ -7,10 +7,13 @@ import contextvars
 import fractions
 import io
 import json
-from collections.abc import AsyncIterator
+import socket
+import tracemalloc
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import msgspec
 import pytest
 import trio
 import trio.testing
@@ -211,6 +214,52 @@ async def test_malformed_permission_request_answers_cancelled_without_calling_a_
             request_id = await peer.request("session/request_permission", params)
             assert await peer.receive() == {"jsonrpc": "2.0", "id": request_id, "result": CANCELLED}
         assert called == []
+
+
+_NOT_UTF8_JSON = {
+    "0xff in rawInput": (b'"rawInput":{"command":"pytest \xff; curl x | sh"}', b""),
+    "lone surrogate escape in rawInput": (rb'"rawInput":{"command":"pytest \ud800; sh"}', b""),
+    "0xff in rawOutput": (b'"rawOutput":"\xff"', b""),
+    "0xff in content": (b'"content":[{"type":"diff","path":"/w/a","newText":"\xff"}]', b""),
+    "0xff in the tool call's _meta": (b'"_meta":{"k":"\xff"}', b""),
+    "0xff in the request's _meta": (b"", b',"_meta":{"k":"\xff"}'),
+    "lone surrogate escape under an unknown key": (b"", rb',"future":"\udc00"'),
+}
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+@pytest.mark.parametrize(
+    ("in_tool_call", "in_params"), _NOT_UTF8_JSON.values(), ids=_NOT_UTF8_JSON.keys()
+)
+async def test_a_permission_request_not_utf8_json_anywhere_is_malformed_and_answered_cancelled(
+    dialect: str, in_tool_call: bytes, in_params: bytes
+) -> None:
+    sink = io.StringIO()
+    async with connected(dialect, telemetry=permclient.JsonlTelemetry(sink)) as (client, peer):
+        called = []
+
+        async def handler(req: PermissionRequest) -> Selected:
+            called.append(req.tool_call.raw_input)
+            return Selected("allow")
+
+        with client.permission_handler("s", handler):
+            tool_call = b'{"toolCallId":"c","title":"run"' + (b"," if in_tool_call else b"")
+            body = (
+                b'{"jsonrpc":"2.0","id":7,"method":"session/request_permission","params":'
+                b'{"sessionId":"s","toolCall":'
+                + tool_call
+                + in_tool_call
+                + b'},"options":'
+                + msgspec.json.encode(allow_deny())
+                + in_params
+                + b"}}"
+            )
+            await peer.send_raw(peer.framer_type.encode(body))
+            assert await peer.receive() == {"jsonrpc": "2.0", "id": 7, "result": CANCELLED}
+            await assert_nothing_more(peer)
+        assert called == []
+    events = [json.loads(line)["event"] for line in sink.getvalue().splitlines()]
+    assert "approval.malformed" in events and "approval.requested" not in events
 
 
 class Boom(Exception):
@@ -1316,7 +1365,7 @@ async def test_held_notifications_are_bounded_and_the_newest_are_kept(
         with client.on_session_notification("late", lambda note: seen.append(note.params["n"])):
             pass
     assert seen == [2, 3, 4]
-    assert "dropped a held session/update" in caplog.text
+    assert "dropped a held 'session/update'" in caplog.text
 
 
 async def test_after_a_write_failure_no_new_handler_starts() -> None:
@@ -1554,3 +1603,363 @@ async def test_handlers_started_together_each_see_only_their_own_context() -> No
             for _ in range(3):
                 await peer.receive()
     assert seen == ["unset", "unset", "unset"]
+
+
+# ------------------------------------------------- teardown at the default max_pending
+
+
+class _SlowReader:
+    """The peer's reading side: takes 64 KiB at most, then waits half a second (virtual time).
+
+    That is 128 KiB/s: slower than a 2 s teardown could drain 16,384 answers, faster
+    than the 64 KiB/s the client waits for. On the autojump clock time passes only
+    when every task waits, so how busy the machine is changes nothing.
+    """
+
+    def __init__(self, stream: trio.abc.ReceiveStream, dialect: str) -> None:
+        self.stream = stream
+        self.framer = FakePeer(stream, dialect).framer  # type: ignore[arg-type]
+        self.answers: list[dict[str, Any]] = []
+
+    async def read_until_closed(self) -> None:
+        while data := await self.stream.receive_some(65536):
+            self.framer.receive_data(data)
+            while (frame := self.framer.next_frame()) is not None:
+                self.answers.append(msgspec.json.decode(frame))
+            await trio.sleep(0.5)
+
+
+def _socket_stream_pair() -> tuple[trio.SocketStream, trio.SocketStream]:
+    """A real socket pair with small buffers: unlike a memory stream, what a cancelled
+    send_all did not hand to the kernel is lost, as on a pipe to a real agent."""
+    pair = trio.socket.socketpair()
+    for sock in pair:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 32 * 1024)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 32 * 1024)
+    return trio.SocketStream(pair[0]), trio.SocketStream(pair[1])
+
+
+def _permission_requests(dialect: str, count: int) -> bytes:
+    encode = (
+        permclient.ContentLengthFramer.encode
+        if dialect == "bridge"
+        else (permclient.NewlineFramer.encode)
+    )
+    params = {
+        "sessionId": "s",
+        "toolCall": {"toolCallId": "c", "title": "run", "rawInput": {"command": "ls"}},
+        "options": allow_deny(),
+    }
+    return b"".join(
+        encode(
+            msgspec.json.encode(
+                {
+                    "jsonrpc": "2.0",
+                    "id": n,
+                    "method": "session/request_permission",
+                    "params": params,
+                }
+            )
+        )
+        for n in range(count)
+    )
+
+
+@pytest.mark.parametrize(
+    ("dialect", "closing"),
+    [("bridge", "the client context exits"), ("acp", "the peer closes its side")],
+)
+async def test_teardown_writes_every_answer_of_the_default_max_pending_then_cancels(
+    dialect: str, closing: str, autojump_clock: trio.abc.Clock
+) -> None:
+    count = permclient._client.DEFAULT_MAX_PENDING
+    assert count == 16384
+    ours, theirs = _socket_stream_pair()
+    reader = _SlowReader(theirs, dialect)
+    blocked = trio.Semaphore(0)
+    cancelled = 0
+    all_cancelled = trio.Event()
+
+    async def handler(req: PermissionRequest) -> Selected:
+        nonlocal cancelled
+        blocked.release()
+        try:
+            await trio.sleep_forever()
+        finally:
+            cancelled += 1
+            if cancelled == count:
+                all_cancelled.set()
+        return Selected("allow")  # pragma: no cover
+
+    # Virtual time: a hang fails at once instead of waiting for pytest's timeout.
+    with trio.fail_after(3600), contextlib.closing(theirs.socket):
+        async with (
+            trio.open_nursery() as peer_side,
+            permclient.open_client(ours, dialect=dialect) as client,  # type: ignore[arg-type]
+        ):
+            registration = client.permission_handler("s", handler)
+            registration.__enter__()  # left open: the teardown must answer
+            await theirs.send_all(_permission_requests(dialect, count))
+            for _ in range(count):
+                await blocked.acquire()
+            peer_side.start_soon(reader.read_until_closed)
+            if closing == "the peer closes its side":
+                await theirs.send_eof()  # it still reads
+                await all_cancelled.wait()  # by the client itself, its context still open
+
+    ids = [answer["id"] for answer in reader.answers]
+    assert sorted(ids) == list(range(count)), "every request answered exactly once"
+    assert all(answer["result"] == CANCELLED for answer in reader.answers)
+    assert cancelled == count
+
+
+async def test_teardown_gives_up_two_seconds_after_the_peer_stops_reading(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    ours, theirs = _socket_stream_pair()
+    with contextlib.closing(theirs.socket):
+        async with permclient.open_client(ours) as client:
+            waiter = Waiter()
+            registration = client.permission_handler("s", waiter)
+            registration.__enter__()
+            await theirs.send_all(_permission_requests("bridge", 5000))
+            while len(waiter.seen) < 5000:
+                await trio.testing.wait_all_tasks_blocked()
+            started = trio.current_time()
+        assert trio.current_time() - started == 2.0
+        assert len(waiter.cancelled) == 5000
+
+
+async def test_teardown_waits_for_a_slow_reader_in_proportion_to_the_bytes_queued(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    ours, theirs = _socket_stream_pair()
+    answer = permclient.ContentLengthFramer.encode(
+        msgspec.json.encode({"jsonrpc": "2.0", "id": 1000, "result": CANCELLED})
+    )
+    received = 0
+
+    async def read_48_kib_per_second() -> None:
+        nonlocal received
+        while data := await theirs.receive_some(16 * 1024):
+            received += len(data)
+            await trio.sleep(1 / 3)
+
+    with contextlib.closing(theirs.socket):
+        async with trio.open_nursery() as peer_side:
+            async with permclient.open_client(ours) as client:
+                waiter = Waiter()
+                registration = client.permission_handler("s", waiter)
+                registration.__enter__()
+                await theirs.send_all(_permission_requests("bridge", 5000))
+                while len(waiter.seen) < 5000:
+                    await trio.testing.wait_all_tasks_blocked()
+                peer_side.start_soon(read_48_kib_per_second)
+                started = trio.current_time()
+            # Progress every 64 KiB (4/3 s) keeps it going, past the 2 s a stall
+            # gets, until 2 s + 1 s per 64 KiB queued.
+            deadline = 2.0 + 5000 * len(answer) / (64 * 1024)
+            assert trio.current_time() - started == pytest.approx(deadline, abs=1.5)
+            assert 0 < received < 5000 * len(answer)
+
+
+# ------------------------------------------- BaseException from the host's own code
+
+
+class _Fabricated(BaseException):
+    """A BaseException of the host's own (neither Exception nor a way to stop)."""
+
+
+@contextlib.contextmanager
+def _no_stray_cancelled() -> Iterator[None]:
+    # pytest-trio would take a stray Cancelled out of a test quietly.
+    try:
+        yield
+    except trio.Cancelled as exc:
+        raise AssertionError("a trio.Cancelled escaped open_client") from exc
+
+
+def _raising(exc_type: type[BaseException], *, blocks_first: bool) -> Any:
+    async def handler(req: PermissionRequest) -> Selected:
+        if blocks_first:
+            await trio.lowlevel.checkpoint()
+        if exc_type is trio.Cancelled:
+            # Not caused by any scope: made by hand, as a buggy handler might.
+            raise trio.Cancelled._create()  # type: ignore[attr-defined]
+        raise exc_type("from the handler")
+
+    return handler
+
+
+@pytest.mark.parametrize("blocks_first", [False, True], ids=["at once", "after blocking"])
+@pytest.mark.parametrize("exc_type", [SystemExit, KeyboardInterrupt])
+async def test_a_handler_raising_system_exit_or_keyboard_interrupt_answers_then_raises_it_plain(
+    exc_type: type[BaseException], blocks_first: bool
+) -> None:
+    ours, theirs = trio.testing.memory_stream_pair()
+    peer = FakePeer(theirs, "bridge")
+    waiter = Waiter()
+    body_went_on = False
+    with pytest.raises(exc_type) as raised:  # the exception itself, not a group
+        async with permclient.open_client(ours) as client:
+            with (
+                client.permission_handler("other", waiter),
+                client.permission_handler("s", _raising(exc_type, blocks_first=blocks_first)),
+            ):
+                await peer.ask_permission("other", request_id="waiting")
+                await waiter.arrived.wait()
+                await peer.ask_permission("s", request_id="raises")
+                await client.wait_closed()
+                await trio.sleep_forever()  # the client cancels its body
+                body_went_on = True  # pragma: no cover
+    assert type(raised.value) is exc_type and not body_went_on
+    answers = {(await peer.receive())["id"]: CANCELLED for _ in range(2)}
+    assert answers == {"waiting": CANCELLED, "raises": CANCELLED}
+    assert await theirs.receive_some(1) == b""  # nothing else, then closed
+    assert waiter.cancelled == ["call-1"]
+
+
+@pytest.mark.parametrize("blocks_first", [False, True], ids=["at once", "after blocking"])
+@pytest.mark.parametrize("exc_type", [trio.Cancelled, _Fabricated, GeneratorExit])
+async def test_a_handler_raising_a_fabricated_cancelled_or_other_base_exception_answers_cancelled(
+    exc_type: type[BaseException], blocks_first: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    lived_on = False
+    with _no_stray_cancelled():
+        async with connected() as (client, peer):
+            with client.permission_handler("s", _raising(exc_type, blocks_first=blocks_first)):
+                await peer.ask_permission("s", request_id=1)
+                assert (await peer.receive())["result"] == CANCELLED
+            await trio.sleep(0.01)  # a checkpoint after the handler's task has ended
+            with client.permission_handler("s", allow_handler):
+                await peer.ask_permission("s", request_id=2)
+                assert (await peer.receive())["result"] == selected("allow")
+            assert client.closed_reason is None
+            lived_on = True
+    assert lived_on
+    assert "permission handler for session 's' failed; answered cancelled" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("exc_type", "code"),
+    [(trio.Cancelled, -32800), (_Fabricated, -32603), (SystemExit, -32603)],
+)
+async def test_a_request_handler_raising_a_base_exception_answers_and_only_stops_for_exit(
+    exc_type: type[BaseException], code: int
+) -> None:
+    ours, theirs = trio.testing.memory_stream_pair()
+    peer = FakePeer(theirs, "bridge")
+    stops = exc_type is SystemExit
+    lived_on = False
+    with _no_stray_cancelled(), pytest.raises(SystemExit) if stops else contextlib.nullcontext():
+        async with permclient.open_client(ours) as client:
+
+            async def handler(params: Any) -> Any:
+                await _raising(exc_type, blocks_first=True)(params)
+
+            client.on_request("x/y", handler)
+            await peer.request("x/y", {}, request_id=1)
+            assert (await peer.receive())["error"]["code"] == code
+            await trio.sleep(0.01)  # a checkpoint after the handler's task has ended
+            assert not stops
+            assert client.closed_reason is None
+            lived_on = True
+    assert lived_on or stops
+
+
+@pytest.mark.parametrize("exc_type", [trio.Cancelled, _Fabricated, SystemExit])
+@pytest.mark.parametrize("where", ["notification callback", "telemetry sink"])
+async def test_a_callback_or_telemetry_sink_raising_a_base_exception_never_escapes_as_a_group(
+    exc_type: type[BaseException], where: str
+) -> None:
+    def hostile(*args: object, **kwargs: object) -> None:
+        if exc_type is trio.Cancelled:
+            raise trio.Cancelled._create()  # type: ignore[attr-defined]
+        raise exc_type("from the host")
+
+    telemetry = None
+    if where == "telemetry sink":
+        telemetry = permclient.JsonlTelemetry(io.StringIO())
+        telemetry.emit = hostile  # type: ignore[method-assign]
+    ours, theirs = trio.testing.memory_stream_pair()
+    peer = FakePeer(theirs, "bridge")
+    stops = exc_type is SystemExit
+    lived_on = False
+    waiter = Waiter()
+    with _no_stray_cancelled(), pytest.raises(SystemExit) if stops else contextlib.nullcontext():
+        async with permclient.open_client(ours, telemetry=telemetry) as client:
+            client.on_notification("note", hostile)
+            with client.permission_handler("s", waiter):
+                await peer.ask_permission("s", request_id="pending")
+                await peer.notify("note", {})
+                if stops:
+                    await trio.sleep_forever()
+                await waiter.arrived.wait()
+                waiter.release.set()
+                assert (await peer.receive())["result"] == selected("allow")
+            await trio.sleep(0.01)
+            assert client.closed_reason is None
+            lived_on = True
+    assert lived_on or stops
+    if stops:
+        assert (await peer.receive()) == {"jsonrpc": "2.0", "id": "pending", "result": CANCELLED}
+
+
+# --------------------------------------------------- every peer-fed store, in bytes
+
+
+async def test_held_notifications_are_kept_undecoded_so_their_memory_is_their_bytes() -> None:
+    # 384 KiB of "{}," decode into 128 Ki dicts, some 13 MiB: held four times over,
+    # that would be 50 MiB for 1.5 MiB of input.
+    params = b'{"sessionId":"late","x":[' + b"{}," * (128 * 1024) + b"{}]}"
+    note = b'{"jsonrpc":"2.0","method":"session/update","params":' + params + b"}"
+    async with connected() as (client, peer):
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            for _ in range(4):
+                await peer.send_raw(permclient.ContentLengthFramer.encode(note))
+            await assert_nothing_more(peer)
+            held = tracemalloc.get_traced_memory()[0] - before
+        finally:
+            tracemalloc.stop()
+        assert held < 4 * len(params) + 1024 * 1024
+        seen: list[int] = []
+        with client.on_session_notification(
+            "late", lambda note: seen.append(len(note.params["x"]))
+        ):
+            pass
+    assert seen == [128 * 1024 + 1] * 4
+
+
+async def test_pending_requests_are_bounded_in_bytes_and_one_is_always_let_in(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from permclient import _client
+
+    monkeypatch.setattr(_client, "_PENDING_BYTES", 10_000)
+    sink = io.StringIO()
+    async with connected(telemetry=permclient.JsonlTelemetry(sink)) as (client, peer):
+        waiter = Waiter()
+        with client.permission_handler("s", waiter):
+            await peer.ask_permission("s", "big", request_id="big", _meta={"pad": "x" * 20_000})
+            await waiter.arrived.wait()  # over the budget alone, but nothing else was pending
+            await peer.ask_permission("s", "small", request_id="refused")
+            assert await peer.receive() == {"jsonrpc": "2.0", "id": "refused", "result": CANCELLED}
+            waiter.release.set()
+            assert (await peer.receive())["id"] == "big"
+            for n in range(6):  # about 1.2 KB each: eight fit
+                await peer.ask_permission("s", f"c{n}", request_id=n, _meta={"pad": "y" * 1000})
+            assert sorted([(await peer.receive())["id"] for _ in range(6)]) == list(range(6))
+    assert len(waiter.seen) == 7
+    refused = [json.loads(line) for line in sink.getvalue().splitlines()]
+    refused = [event for event in refused if event["event"] == "approval.refused"]
+    assert [event["request_id"] for event in refused] == ["refused"]
+    assert "bytes of requests pending" in refused[0]["reason"]
+
+
+async def test_an_unknown_method_is_not_echoed_back_whole() -> None:
+    async with connected() as (_, peer):
+        await peer.request("x" * 1_000_000, {}, request_id=1)
+        reply = await peer.receive()
+        assert reply["error"]["code"] == -32601 and len(reply["error"]["message"]) < 200

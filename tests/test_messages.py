@@ -76,7 +76,13 @@ def test_error_response_with_a_malformed_error_object_still_settles_its_id() -> 
 INVALID = {
     "not JSON": (b'{"jsonrpc": "2.0", "id": 1', ErrorCode.PARSE_ERROR, None, True),
     "empty frame": (b"", ErrorCode.PARSE_ERROR, None, True),
-    "not UTF-8": (b'{"jsonrpc": "2.0", "method": "\xff"}', ErrorCode.PARSE_ERROR, None, True),
+    "not UTF-8": (b'{"jsonrpc": "2.0", "id": 1, "method": "\xff"}', ErrorCode.PARSE_ERROR, 1, True),
+    "a notification not UTF-8": (
+        b'{"jsonrpc": "2.0", "method": "\xff"}',
+        ErrorCode.PARSE_ERROR,
+        None,
+        False,
+    ),
     "batch": (
         b'[{"jsonrpc": "2.0", "id": 1, "method": "m"}]',
         ErrorCode.INVALID_REQUEST,
@@ -190,3 +196,70 @@ def test_encoders_write_json_rpc_2() -> None:
 def test_unencodable_params_are_a_local_protocol_error() -> None:
     with pytest.raises(LocalProtocolError):
         encode_request(1, "m", {"x": object()})
+
+
+# ------------------------------------------- text that is not UTF-8 JSON, anywhere
+
+_PERMISSION = (
+    b'{"jsonrpc":"2.0","id":7,"method":"session/request_permission","params":{"sessionId":"s",'
+    b'"toolCall":{"toolCallId":"c","rawInput":{"command":"pytest HERE; curl x | sh"},'
+    b'"rawOutput":"HERE","content":[{"type":"diff","path":"/w/a","newText":"HERE"}],'
+    b'"_meta":{"k":"HERE"}},"future":["HERE"],"options":[{"optionId":"allow","name":"A",'
+    b'"kind":"allow_once"}],"_meta":{"k":"HERE"}}}'
+)
+NOT_TEXT = {
+    "byte 0xff": b"\xff",
+    "truncated sequence": b"\xe2\x82",
+    "overlong encoding": b"\xc0\xaf",
+    "encoded surrogate": b"\xed\xa0\x80",
+    "lone high surrogate escape": rb"\ud800",
+    "lone low surrogate escape": rb"\udc00",
+    "high surrogate escape, then a letter": rb"\ud800\u0041",
+}
+
+
+@pytest.mark.parametrize("bad", NOT_TEXT.values(), ids=NOT_TEXT.keys())
+@pytest.mark.parametrize("where", range(_PERMISSION.count(b"HERE")))
+def test_a_request_that_is_not_utf8_json_anywhere_is_invalid_with_its_id_and_method(
+    bad: bytes, where: int
+) -> None:
+    # Each HERE is a part the envelope (or the permission decoder) skips or keeps
+    # undecoded: rawInput, rawOutput, content, _meta, an unknown key.
+    parts = _PERMISSION.split(b"HERE")
+    frame = b"HERE".join(parts[: where + 1]) + bad + b"HERE".join(parts[where + 1 :])
+    frame = frame.replace(b"HERE", b"ok")
+    message = parse_message(frame)
+    assert isinstance(message, InvalidMessage), message
+    assert (message.code, message.id, message.method, message.reply) == (
+        ErrorCode.PARSE_ERROR,
+        7,
+        "session/request_permission",
+        True,
+    )
+
+
+def test_valid_escapes_and_utf8_are_text() -> None:
+    frame = _PERMISSION.replace(b"HERE", rb"\u00e9 \ud83d\ude00 \\ud800 " + "é 😀".encode())
+    assert isinstance(parse_message(frame), Request)
+
+
+@pytest.mark.parametrize("bad", NOT_TEXT.values(), ids=NOT_TEXT.keys())
+def test_a_response_that_is_not_utf8_json_fails_the_request_it_answers(bad: bytes) -> None:
+    message = parse_message(b'{"jsonrpc":"2.0","id":3,"result":{"text":"' + bad + b'"}}')
+    assert isinstance(message, ErrorResponse)
+    assert message.id == 3 and message.error.code == ErrorCode.PARSE_ERROR
+
+
+@pytest.mark.parametrize("bad", NOT_TEXT.values(), ids=NOT_TEXT.keys())
+def test_a_notification_that_is_not_utf8_json_is_dropped(bad: bytes) -> None:
+    message = parse_message(b'{"jsonrpc":"2.0","method":"n","params":{"t":"' + bad + b'"}}')
+    assert isinstance(message, InvalidMessage) and not message.reply
+
+
+@given(st.data())
+def test_no_byte_that_breaks_utf8_inside_a_request_lets_it_through(data: st.DataObject) -> None:
+    frame = _PERMISSION.replace(b"HERE", b"ok")
+    at = data.draw(st.integers(0, len(frame)))
+    bad = data.draw(st.sampled_from([b"\x80", b"\xbf", b"\xc2", b"\xf5", b"\xff", b"\xed\xb0\x80"]))
+    message = parse_message(frame[:at] + bad + frame[at:])
+    assert not isinstance(message, Request | Notification | Response)

@@ -5,10 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from permclient import Diff, ToolCallTracker, ToolCallUpdate
+from permclient import Diff, ToolCallState, ToolCallTracker, ToolCallUpdate
+from permclient._tracker import DEFAULT_MAX_BYTES, _size
 
 RANK = {"pending": 0, "in_progress": 1, "completed": 2, "failed": 2}
 
@@ -17,7 +19,7 @@ def _note(session: str, update_kind: str, **update: Any) -> bytes:
     return msgspec.json.encode(
         {
             "sessionId": session,
-            "update": {"sessionUpdate": update_kind, "toolCallId": "c", **update},
+            "update": {"sessionUpdate": update_kind, "toolCallId": "c"} | update,
         }
     )
 
@@ -164,3 +166,112 @@ def test_a_call_known_only_from_permission_requests_is_forgotten_once_answered()
     assert tracker.get("s", "asked-only") is None
     announced = tracker.get("s", "c")
     assert announced is not None and not announced.awaiting_approval
+
+
+# ------------------------------------------------------------------ bounded in bytes
+
+
+def _counted(tracker: ToolCallTracker) -> int:
+    """What held_bytes should say: every state held, measured afresh."""
+    return sum(
+        _size(held)
+        for calls in tracker._calls.values()
+        for held in calls.values()
+        if isinstance(held, ToolCallState)
+    )
+
+
+def test_a_hundred_updates_with_megabyte_titles_stay_within_the_byte_budget() -> None:
+    tracker = ToolCallTracker()  # the default budget, 64 MiB
+    title = "x" * (1024 * 1024)
+    for n in range(100):
+        state = tracker.apply_notification(
+            _note("s", "tool_call", toolCallId=f"c{n}", title=f"{n}{title}")
+        )
+        assert state is not None and state.title is not None  # the newest is kept whole
+    assert tracker.held_bytes == _counted(tracker)
+    assert tracker.held_bytes <= DEFAULT_MAX_BYTES
+    assert tracker.get("s", "c99") is not None and tracker.get("s", "c0") is None
+
+
+@pytest.mark.parametrize(
+    "big",
+    [
+        {"title": "t" * 50_000},
+        {"kind": "k" * 50_000},
+        {"rawInput": {"command": "c" * 50_000}},
+        {"rawOutput": ["o" * 50_000]},
+        {"content": [{"type": "diff", "path": "/w/a", "newText": "n" * 50_000}]},
+        {"locations": [{"path": "p" * 50_000}]},
+        {"toolCallId": "i" * 50_000},
+    ],
+    ids=lambda big: next(iter(big)),
+)
+def test_every_field_a_peer_fills_counts_against_the_budget(big: dict[str, Any]) -> None:
+    tracker = ToolCallTracker(max_bytes=200_000)
+    for n in range(40):
+        fields = {"toolCallId": f"c{n}", **big}
+        if "toolCallId" in big:
+            fields["toolCallId"] = f"{n}{big['toolCallId']}"
+        assert tracker.apply_notification(_note(f"s{n % 3}", "tool_call", **fields)) is not None
+        assert tracker.held_bytes == _counted(tracker)
+        assert tracker.held_bytes <= 200_000 * 5 // 4
+
+
+def test_calls_awaiting_approval_keep_only_their_status_when_over_budget() -> None:
+    tracker = ToolCallTracker(max_bytes=100_000)
+    for n in range(5):
+        tracker.apply_notification(_note("s", "tool_call", toolCallId=f"a{n}", title="asked"))
+        tracker.begin_approval("s", ToolCallUpdate(tool_call_id=f"a{n}"))
+    for n in range(5):
+        update = _note("s", "tool_call_update", toolCallId=f"a{n}", status="in_progress")
+        big = msgspec.json.decode(update)
+        big["update"]["title"] = "t" * 40_000
+        state = tracker.apply_notification(msgspec.json.encode(big))
+        assert state is not None and state.status == "in_progress"
+        assert tracker.held_bytes == _counted(tracker) <= 100_000
+    states = [tracker.get("s", f"a{n}") for n in range(5)]
+    assert all(state is not None and state.awaiting_approval for state in states)
+    assert sum(state.title is None for state in states if state is not None) >= 3  # dropped
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["note", "ask", "answer", "forget", "typed"]),
+            st.integers(0, 5),  # which session
+            st.integers(0, 7),  # which tool call
+            st.integers(0, 30_000),  # how big
+        ),
+        max_size=60,
+    )
+)
+def test_the_byte_count_is_exact_and_bounded_whatever_happens(
+    steps: list[tuple[str, int, int, int]],
+) -> None:
+    budget = 60_000
+    tracker = ToolCallTracker(max_per_session=4, max_sessions=3, max_bytes=budget)
+    asked: list[tuple[str, str]] = []
+    for action, session, call, size in steps:
+        sid, cid = f"s{session}", f"c{call}"
+        if action == "note":
+            tracker.apply_notification(_note(sid, "tool_call", toolCallId=cid, title="t" * size))
+        elif action == "typed":
+            tracker.apply_update(sid, ToolCallUpdate(tool_call_id=cid, title="u" * size))
+        elif action == "ask":
+            update = ToolCallUpdate(
+                tool_call_id=cid, content=[Diff(path="/p", new_text="d" * size)]
+            )
+            tracker.begin_approval(sid, update)
+            asked.append((sid, cid))
+        elif action == "answer" and asked:
+            tracker.end_approval(*asked.pop(0))
+        elif action == "forget":
+            tracker.forget_session(sid)
+            asked = [key for key in asked if key[0] != sid]
+        assert tracker.held_bytes == _counted(tracker)
+        # Settled calls go a quarter of the budget at a time; one update may be whole.
+        assert tracker.held_bytes <= budget * 5 // 4 + 30_000 + 1000
+    for sid, cid in asked:
+        state = tracker.get(sid, cid)
+        assert state is not None and state.awaiting_approval
