@@ -24,6 +24,8 @@ class ErrorCode(enum.IntEnum):
     INVALID_PARAMS = -32602
     INTERNAL_ERROR = -32603
     REQUEST_CANCELLED = -32800
+    RESOURCE_NOT_FOUND = -32002
+    """ACP's code for a resource that does not exist (a file, a session)."""
 
 
 class ErrorObject(msgspec.Struct, omit_defaults=True):

@@ -70,8 +70,6 @@ MAX_READ_BYTES: Final = 16 * 1024 * 1024
 
 _INVALID_PARAMS: Final = int(ErrorCode.INVALID_PARAMS)
 _INTERNAL_ERROR: Final = int(ErrorCode.INTERNAL_ERROR)
-_RESOURCE_NOT_FOUND: Final = -32002
-"""ACP's code for a file that does not exist."""
 
 # ------------------------------------------------------------------ initialize
 
@@ -587,7 +585,7 @@ def _fs_error(refused: _workspace_fs.Refused) -> RequestError:
     """A refusal as the error response: -32002 for no such file, -32603 when the
     system failed, else -32602 (the request asks for what is not served)."""
     if refused.kind == "missing":
-        return RequestError(_RESOURCE_NOT_FOUND, refused.reason)
+        return RequestError(ErrorCode.RESOURCE_NOT_FOUND, refused.reason)
     if refused.kind == "failed":
         return RequestError(_INTERNAL_ERROR, refused.reason)
     return RequestError(_INVALID_PARAMS, refused.reason)

@@ -34,6 +34,7 @@ def test_error_codes_are_the_json_rpc_ones() -> None:
         "INVALID_PARAMS": -32602,
         "INTERNAL_ERROR": -32603,
         "REQUEST_CANCELLED": -32800,
+        "RESOURCE_NOT_FOUND": -32002,
     }
 
 

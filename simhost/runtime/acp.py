@@ -68,7 +68,7 @@ __all__ = ["RESOURCE_NOT_FOUND", "AcpMethods", "prompt_text"]
 
 log = logging.getLogger("simhost.runtime")
 
-RESOURCE_NOT_FOUND: Final = -32002
+RESOURCE_NOT_FOUND: Final = int(ErrorCode.RESOURCE_NOT_FOUND)
 """ACP's error code for an unknown resource (here: a ``sessionId``)."""
 
 _CANCELLED_TURN: Final = {"stopReason": "cancelled"}
