@@ -459,11 +459,15 @@ class _Embedded:
         return self._finished.is_set()
 
 
+def _calls(fn: object) -> tuple[object, object]:
+    """``fn`` and, for an object, the ``__call__`` method that decides what calling it does."""
+    return fn, inspect.getattr_static(type(fn), "__call__", None)
+
+
 def _is_async_callable(fn: object) -> bool:
     """``async def`` functions, async generator functions, and objects whose call is one."""
-    call = inspect.getattr_static(type(fn), "__call__", None)  # an object: its method decides
     return any(
-        inspect.iscoroutinefunction(f) or inspect.isasyncgenfunction(f) for f in (fn, call)
+        inspect.iscoroutinefunction(f) or inspect.isasyncgenfunction(f) for f in _calls(fn)
     )
 
 
@@ -714,6 +718,12 @@ class AsyncioClient:
 
         ``timeout`` and the errors raised are those of :meth:`GuestClient.permission_handler`.
         """
+        if any(inspect.isasyncgenfunction(f) for f in _calls(handler)):
+            raise TypeError(
+                f"asyncio_client.permission_handler: {handler!r} is an async generator "
+                "function; a handler is an async def that returns a Decision (or a plain "
+                "fn(handle))"
+            )
         if not _is_async_callable(handler):
             return self.guest.permission_handler(
                 session_id,

@@ -198,6 +198,23 @@ def test_the_asyncio_client_runs_an_async_callable_object_as_a_task() -> None:
     run_on_asyncio(scenario)
 
 
+def test_the_asyncio_client_refuses_an_async_generator_handler_at_registration() -> None:
+    async def scenario() -> None:
+        async def generator(request: PermissionRequest) -> AsyncIterator[Decision]:
+            yield Selected("allow")
+
+        class GeneratorObject:
+            async def __call__(self, request: PermissionRequest) -> AsyncIterator[Decision]:
+                yield Selected("allow")
+
+        async with on_asyncio() as (client, _peer):
+            for handler in (generator, GeneratorObject()):
+                with pytest.raises(TypeError, match="async generator"):
+                    client.permission_handler("s", handler)  # type: ignore[arg-type]
+
+    run_on_asyncio(scenario)
+
+
 # ------------------------------------------------------------------ timeouts
 
 
