@@ -85,7 +85,7 @@ class ApproverWindow:
         self.client.close()
 
     def on_done(self, error: BaseException | None) -> None:
-        if interrupted(error):
+        if isinstance(error, KeyboardInterrupt):  # Ctrl-C ended the run
             # Ctrl-C: trio's guest run takes SIGINT (outside its tasks too) and closes.
             print("interrupted: open questions cancelled", flush=True)
             self.exit_code = 130
@@ -126,13 +126,6 @@ class ApproverWindow:
             wanted = buttons.get(kind)
             if wanted is not None:
                 self.root.after(50, wanted.invoke)
-
-
-def interrupted(error: BaseException | None) -> bool:
-    """Whether ``error`` is Ctrl-C, alone or inside trio's exception groups."""
-    if isinstance(error, BaseExceptionGroup):
-        return error.subgroup(KeyboardInterrupt) is not None
-    return isinstance(error, KeyboardInterrupt)
 
 
 def main() -> int:

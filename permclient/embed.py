@@ -615,7 +615,8 @@ def start_guest(
     :func:`trio.lowlevel.start_guest_run`). ``on_ready(None)`` is called on the
     host's thread once connected, or ``on_ready(exc)`` if connecting failed.
     ``done_callback(None or exc)`` is called on the host's thread when the run is
-    over, after every question was answered and the runtime stopped.
+    over, after every question was answered and the runtime stopped; a run ended
+    by Ctrl-C passes a plain ``KeyboardInterrupt``, never an exception group.
     ``dispatch`` runs permission handlers and ``on_cancelled`` callbacks
     (default: ``run_sync_soon_threadsafe``, i.e. the host's loop thread).
     ``dialect`` and ``open_kwargs`` go to ``open_process``/``open_client``.
@@ -631,7 +632,7 @@ def start_guest(
     def done(outcome: Any) -> None:
         guest._finished.set()
         error: BaseException | None = getattr(outcome, "error", None)
-        done_callback(error if error is not None else guest._startup_error)
+        done_callback(_unwrap_interrupt(error) if error is not None else guest._startup_error)
 
     trio.lowlevel.start_guest_run(
         guest._main,
@@ -642,6 +643,15 @@ def start_guest(
         host_uses_signal_set_wakeup_fd=host_uses_signal_set_wakeup_fd,
     )
     return guest
+
+
+def _unwrap_interrupt(error: BaseException) -> BaseException:
+    """Ctrl-C as itself: trio's exception groups wrap it on its way out of nurseries."""
+    if isinstance(error, BaseExceptionGroup):
+        interrupts, rest = error.split(KeyboardInterrupt)
+        if interrupts is not None and rest is None:
+            return KeyboardInterrupt().with_traceback(error.__traceback__)
+    return error
 
 
 # --------------------------------------------------------------------- asyncio

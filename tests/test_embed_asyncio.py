@@ -15,7 +15,7 @@ import pytest
 import trio
 
 from permclient import Cancelled, ConnectionClosed, Decision, PermissionRequest, Selected
-from permclient.embed import AsyncioClient, PermissionHandle, asyncio_client
+from permclient.embed import AsyncioClient, PermissionHandle, asyncio_client, start_guest
 
 from .peer import CANCELLED, selected
 from .test_embed_peer import TIMEOUT_S, SyncPeer, runtime_argv, socket_pair
@@ -364,5 +364,30 @@ def test_an_async_handler_returning_a_non_str_option_id_answers_cancelled_at_onc
             with client.permission_handler("s", decide):
                 peer.ask_permission("s", "call-1", 1)
                 assert await receive(peer) == {"jsonrpc": "2.0", "id": 1, "result": CANCELLED}
+
+    run(scenario)
+
+
+def test_ctrl_c_in_a_guest_run_reaches_done_callback_as_a_plain_keyboard_interrupt() -> None:
+    @asynccontextmanager
+    async def interrupted_connection() -> AsyncIterator[Any]:
+        async def press_ctrl_c() -> None:
+            raise KeyboardInterrupt
+
+        async with trio.open_nursery() as nursery:  # trio wraps it in a group here
+            nursery.start_soon(press_ctrl_c)
+            await trio.sleep_forever()
+        yield  # pragma: no cover - never reached
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        ended: asyncio.Future[BaseException | None] = loop.create_future()
+        start_guest(
+            interrupted_connection,
+            run_sync_soon_threadsafe=loop.call_soon_threadsafe,
+            done_callback=ended.set_result,
+        )
+        error = await ended
+        assert type(error) is KeyboardInterrupt
 
     run(scenario)
