@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import math
 import numbers
+import types
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -310,6 +311,24 @@ def _session_of(params: Any) -> str | None:
     )
     return value if isinstance(value, str) else None
 
+
+
+def _first_leaf(exc: BaseException, kind: type | types.UnionType) -> BaseException | None:
+    """``exc`` if it is a ``kind``, else the first ``kind`` inside its exception groups."""
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _first_leaf(inner, kind)
+            if found is not None:
+                return found
+        return None
+    return exc if isinstance(exc, kind) else None
+
+
+def _all_leaves(exc: BaseException, kind: type) -> bool:
+    """Whether ``exc`` is a ``kind``, or a group (nested or not) of nothing else."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_all_leaves(inner, kind) for inner in exc.exceptions)
+    return isinstance(exc, kind)
 
 class Client:
     """A JSON-RPC connection to an agent runtime. Create it with :func:`open_client`.
@@ -641,11 +660,12 @@ class Client:
         group. A ``trio.Cancelled`` is re-raised when this task is being cancelled;
         one that no cancellation caused (made by the host) is logged like any error.
         """
-        if isinstance(exc, KeyboardInterrupt | SystemExit):
-            log.error("%s; %s stops the client", what % args, type(exc).__name__)
-            self._stop(exc)
-        elif isinstance(exc, trio.Cancelled) and trio.current_effective_deadline() == -math.inf:
-            raise exc
+        stopping = _first_leaf(exc, KeyboardInterrupt | SystemExit)
+        if stopping is not None:
+            log.error("%s; %s stops the client", what % args, type(stopping).__name__)
+            self._stop(stopping)
+        elif _all_leaves(exc, trio.Cancelled) and trio.current_effective_deadline() == -math.inf:
+            raise exc  # a real cancellation, alone or grouped by the host's nurseries
         else:
             log.error(what, *args, exc_info=exc)
 
@@ -1266,7 +1286,7 @@ class Client:
         except BaseException as exc:
             # (A trio.Cancelled is answered as one, by the finally.)
             if (
-                not isinstance(exc, trio.Cancelled)
+                not _all_leaves(exc, trio.Cancelled)
                 and not state.cancel_called
                 and self._retire(state)
             ):

@@ -1867,6 +1867,36 @@ async def test_a_request_handler_raising_a_base_exception_answers_and_only_stops
     assert lived_on or stops
 
 
+@pytest.mark.parametrize("how", ["peer cancel", "teardown"])
+async def test_a_request_handler_whose_nursery_groups_its_cancellation_is_no_failure(
+    how: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Tasks in a handler's nursery each raise Cancelled: trio groups them on the way out.
+    ours, theirs = trio.testing.memory_stream_pair()
+    peer = FakePeer(theirs, "bridge")
+    started = trio.Event()
+
+    async def handler(params: Any) -> Any:
+        async with trio.open_nursery() as nursery:
+            for _ in range(2):
+                nursery.start_soon(trio.sleep_forever)
+            started.set()
+
+    with _no_stray_cancelled():
+        async with permclient.open_client(ours) as client:
+            client.on_request("x/y", handler)
+            await peer.request("x/y", {}, request_id=1)
+            await started.wait()
+            if how == "peer cancel":
+                await peer.notify("$/cancelRequest", {"id": 1})
+                assert (await peer.receive())["error"]["code"] == -32800
+            else:
+                await theirs.send_eof()  # the peer goes away: teardown cancels the handler
+                await client.wait_closed()
+                assert (await peer.receive())["error"]["code"] == -32800
+    assert "failed" not in caplog.text and "Traceback" not in caplog.text
+
+
 @pytest.mark.parametrize("exc_type", [trio.Cancelled, _Fabricated, SystemExit])
 @pytest.mark.parametrize("where", ["notification callback", "telemetry sink"])
 async def test_a_callback_or_telemetry_sink_raising_a_base_exception_never_escapes_as_a_group(
