@@ -11,7 +11,10 @@ answers any card, in any order. Here the UI is lines on standard input:
 * ``ls``: list the open cards.
 
 Cards are numbered in the order they open; a command for a card that has not opened
-yet is kept until it does (so answers can be piped in). A second command for a card
+yet is kept until it does (so answers can be piped in). The three writes of a burst
+race each other, so which file a card number stands for varies from run to run: a
+piped answer picks a card by its place in the queue, not by its file (each card's
+line says which file it is). A second command for a card
 says how it ended. End of input dismisses every card still open, and any that opens
 later; Ctrl-C answers every open card ``cancelled``, stops the runtime and exits with
 status 130. Nothing is approved by default.

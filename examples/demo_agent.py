@@ -18,7 +18,8 @@ Requests it answers:
   - ``read FILE``          kind ``read``
   - ``edit FILE TEXT``     kind ``edit`` (a ``diff`` appending TEXT as a line to FILE)
   - ``run COMMAND...``     kind ``execute`` (``rawInput.command``; also offers
-    "Always allow", which the demo does not remember)
+    "Always allow `PROGRAM …`", which names its scope and says the demo does not
+    remember it)
 
   Other steps are skipped (logged). For each tool call it sends a ``session/update``
   ``tool_call`` (pending), asks ``session/request_permission``, then sends
@@ -135,10 +136,13 @@ def tool_call_for(step: str) -> Message | None:
     return None
 
 
-def options_for(kind: str) -> list[Message]:
+def options_for(tool_call: Message) -> list[Message]:
     options = [{"optionId": "allow-once", "name": "Allow once", "kind": "allow_once"}]
-    if kind == "execute":  # the demo does not remember "always"; a real runtime would
-        options.append({"optionId": "allow-always", "name": "Always allow", "kind": "allow_always"})
+    if tool_call["kind"] == "execute":
+        # An "always" names what it would cover; this demo remembers nothing, and says so.
+        program = tool_call["rawInput"]["command"].split()[0]
+        name = f"Always allow `{program} …` (the demo does not remember it)"
+        options.append({"optionId": "allow-always", "name": name, "kind": "allow_always"})
     options.append({"optionId": "reject-once", "name": "Deny", "kind": "reject_once"})
     return options
 
@@ -146,7 +150,7 @@ def options_for(kind: str) -> list[Message]:
 def ask_permission(session_id: str, tool_call: Message, turn_id: Any) -> tuple[Message, bool]:
     """Ask, then read until the answer arrives; returns (outcome, turn_cancelled)."""
     request_id = next(_ids)
-    options = options_for(tool_call["kind"])
+    options = options_for(tool_call)
     params = {"sessionId": session_id, "toolCall": tool_call, "options": options}
     send({"id": request_id, "method": "session/request_permission", "params": params})
     cancelled = False
@@ -175,7 +179,7 @@ def run_turn(request_id: Any, params: Message) -> Message:
         notify_update(session_id, {"sessionUpdate": "tool_call", **tool_call})
         outcome, turn_cancelled = ask_permission(session_id, tool_call, request_id)
         option = outcome.get("optionId")
-        kinds = {o["optionId"]: o["kind"] for o in options_for(tool_call["kind"])}
+        kinds = {o["optionId"]: o["kind"] for o in options_for(tool_call)}
         allowed = outcome.get("outcome") == "selected" and kinds.get(option) in _ALLOW_KINDS
         status = "completed" if allowed else "failed"
         note = "allowed (the demo does nothing)" if allowed else "not allowed"

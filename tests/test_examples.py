@@ -49,12 +49,13 @@ def test_terminal_approver_denies_everything_but_reads_when_told_to(tmp_path: Pa
 
 def test_terminal_approver_allows_reads_itself_and_asks_for_the_rest(tmp_path: Path) -> None:
     # The default prompt: read (automatic), then edit (1 Allow once, 2 Deny), then run
-    # (1 Allow once, 2 Always allow, 3 Deny). "1" allows the edit once, "3" denies the run.
+    # (1 Allow once, 2 Always allow `ls …`, 3 Deny). "1" allows the edit once, "3" denies the run.
     result = run(str(EXAMPLES / "terminal_approver.py"), cwd=tmp_path, stdin="1\n3\n")
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "[auto] read allowed: Read README.md -> Allow once" in out
     assert out.count("choose 1-") == 2  # asked about the edit and the run only
+    assert "Always allow `ls …` (the demo does not remember it)" in out  # names its scope
     turn = json.loads(out.split("== turn result ==", 1)[1].split("== tool calls", 1)[0])
     assert turn["stopReason"] == "end_turn"
     answers = [(r["title"], r["optionId"], r["allowed"]) for r in turn["results"]]
