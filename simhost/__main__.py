@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from simhost.cli import main
+from simhost._entry import main
 
 main()
