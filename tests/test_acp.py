@@ -527,21 +527,33 @@ async def test_a_write_replaces_the_file_and_keeps_its_permissions(tmp_path: Pat
     assert os.listdir(tmp_path) == ["script.sh"]  # no temporary file left behind
 
 
+def _read_raw(path: bytes) -> str:
+    with open(path) as file:
+        return file.read()
+
+
+def _links_to_non_utf8_names(root: Path) -> None:
+    """In ``root``: the folder ``d\\xff`` holding ``f.txt`` and a FIFO; links to it,
+    to its file, to a missing ``\\xff-missing`` and to ``../\\xff-outside``."""
+    raw_root = os.fsencode(root)
+    os.makedirs(raw_root + b"/d\xff")
+    with open(raw_root + b"/d\xff/f.txt", "w") as file:
+        file.write("hello")
+    os.mkfifo(raw_root + b"/d\xff/pipe")
+    os.symlink(b"\xff-missing", raw_root + b"/dangling")
+    os.symlink(os.fsencode(root.parent) + b"/\xff-outside", raw_root + b"/out")
+    os.symlink(b"d\xff", raw_root + b"/dir")
+    os.symlink(b"d\xff/f.txt", raw_root + b"/file")
+
+
 @pytest.mark.parametrize("method", ["fs/read_text_file", "fs/write_text_file"])
 async def test_non_utf8_names_from_the_file_system_are_escaped_in_errors_and_served_on(
     tmp_path: Path, method: str
 ) -> None:
     # The agent's paths are valid text; links lead to names that are not UTF-8.
     root = tmp_path / "project"
-    folder = Path(os.fsdecode(os.fsencode(root) + b"/d\xff"))
-    folder.mkdir(parents=True)
-    (folder / "f.txt").write_text("hello")
-    os.mkfifo(folder / "pipe")
+    _links_to_non_utf8_names(root)
     raw_root = os.fsencode(root)
-    os.symlink(b"\xff-missing", raw_root + b"/dangling")
-    os.symlink(os.fsencode(tmp_path) + b"/\xff-outside", raw_root + b"/out")
-    os.symlink(b"d\xff", raw_root + b"/dir")
-    os.symlink(b"d\xff/f.txt", raw_root + b"/file")
     shown = f"{root}/d\\xff"
     cases = [
         ("out", -32602, f"{root}/out (-> {tmp_path}/\\xff-outside) is outside {root}"),
@@ -565,9 +577,9 @@ async def test_non_utf8_names_from_the_file_system_are_escaped_in_errors_and_ser
             reply = await fs_call(peer, method, params)
             assert reply["result"] == ({"content": "hello"} if "read" in method else {})
         assert agent.client.closed_reason is None
-    assert (folder / "f.txt").read_text() == "hello"
+    assert _read_raw(raw_root + b"/d\xff/f.txt") == "hello"
     if method == "fs/write_text_file":  # the link's target, inside the folder, was created
-        assert Path(os.fsdecode(raw_root + b"/\xff-missing")).read_text() == "hello"
+        assert _read_raw(raw_root + b"/\xff-missing") == "hello"
 
 
 async def test_a_session_folder_that_cannot_be_resolved_is_an_escaped_one_line_error(
