@@ -15,7 +15,9 @@ Files are read, written and deleted through :mod:`permclient._workspace_fs`: the
 path is resolved once, then reached from the workspace folder without following
 any symbolic link, so a link swapped in after the check is refused, never
 followed. A file with a second hard link counts as outside the workspace, and a
-FIFO or a device is refused (nothing blocks).
+FIFO or a device is refused (nothing blocks). A path that leads to a name that is
+not UTF-8 is refused too: the card must show the real name, and JSON cannot carry
+it; a reason naming such a place elsewhere writes its stray bytes ``\\xff``.
 """
 
 from __future__ import annotations
@@ -185,7 +187,7 @@ def _locate(
 
 def _not_utf8(path: Path, asked: Path | None = None) -> Refusal:
     shown = escape_non_utf8(path if asked is None else f"{asked} (-> {path})")
-    return Refusal(f"{shown}: a name in it is not UTF-8; refused")
+    return Refusal(f"{shown}: a name in it is not UTF-8")
 
 
 async def _unavailable() -> ToolResult:  # pragma: no cover - refused calls never run
