@@ -13,7 +13,9 @@ anywhere. A write goes to a new file in the same directory, renamed over the old
 name: the rename replaces the directory entry and never writes through a link
 that appeared meanwhile.
 
-Every failure is a :class:`Refused` whose text is one line naming the path.
+Every failure is a :class:`Refused` whose text is one line naming the path, with
+any byte of a name that is not UTF-8 escaped (``\\xff``): names come from the
+file system (a link's target, a listing), and the text must fit in JSON.
 (What no check can catch: a directory *moved* out of the folder while a write
 is under way takes that write with it.)
 """
@@ -33,7 +35,9 @@ __all__ = [
     "RefusalKind",
     "Refused",
     "delete_file",
+    "escape_non_utf8",
     "file_status",
+    "is_utf8",
     "locate",
     "read_file",
     "read_head",
@@ -53,12 +57,40 @@ _TEMP_FLAGS: Final = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O
 
 
 class Refused(Exception):
-    """A file that was not read, written or deleted: ``str()`` is the reason, one line."""
+    """A file that was not read, written or deleted: ``str()`` is the reason, one line,
+    valid UTF-8 (see :func:`escape_non_utf8`)."""
 
     def __init__(self, kind: RefusalKind, reason: str) -> None:
+        reason = escape_non_utf8(reason)
         super().__init__(reason)
         self.kind: RefusalKind = kind
         self.reason = reason
+
+
+def is_utf8(text: str | Path) -> bool:
+    """Whether ``text`` (a path as Python spells it) is valid UTF-8: no byte of a
+    non-UTF-8 name carried as a lone surrogate (``surrogateescape``)."""
+    try:
+        str(text).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def escape_non_utf8(text: str | Path) -> str:
+    """``text`` with each byte of a name that is not UTF-8 written ``\\xff``.
+
+    A name read from the file system arrives with such bytes as lone surrogates,
+    which no JSON encoder takes; valid text is returned unchanged.
+    """
+    text = str(text)
+    if is_utf8(text):
+        return text
+    try:
+        raw = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a surrogate no file name decodes to
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return raw.decode("utf-8", "backslashreplace")
 
 
 def locate(root: Path, path: Path) -> tuple[str, ...]:
@@ -121,7 +153,8 @@ def replace_file(
     ``expected`` (bytes, or ``None`` for no file) is what the file must hold now, else the
     write is refused ``changed``. ``make_parents`` creates missing directories
     (inside ``root``, without following links). An existing file keeps its
-    permission bits; a new one gets the usual ``0o666`` less the umask.
+    permission bits but not setuid, setgid or sticky (new content is not what was
+    trusted with them); a new one gets the usual ``0o666`` less the umask.
     """
     path = _shown(root, parts)
     name = parts[-1]
@@ -137,8 +170,9 @@ def replace_file(
             name, os.W_OK, dir_fd=dir_fd, follow_symlinks=False
         ):
             raise Refused("failed", f"{path}: Permission denied")
-        temp = f".{name[:200]}.{secrets.token_hex(6)}.tmp"
-        mode = 0o666 if current is None else stat.S_IMODE(current.st_mode)
+        # A fixed short name: the target's own name may already be 255 bytes long.
+        temp = f".permclient-{secrets.token_hex(6)}.tmp"
+        mode = 0o666 if current is None else stat.S_IMODE(current.st_mode) & 0o777
         try:
             fd = os.open(temp, _TEMP_FLAGS, 0o666 if current is None else 0o600, dir_fd=dir_fd)
             try:

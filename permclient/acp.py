@@ -423,7 +423,8 @@ class AcpAgent:
         try:
             resolved_root = root.resolve()
         except (OSError, RuntimeError) as exc:
-            raise RequestError(_INTERNAL_ERROR, f"cannot resolve {root}: {exc}") from None
+            reason = _workspace_fs.escape_non_utf8(f"cannot resolve {root}: {exc}")
+            raise RequestError(_INTERNAL_ERROR, reason) from None
         try:
             return resolved_root, _workspace_fs.locate(resolved_root, path)
         except _workspace_fs.Refused as exc:

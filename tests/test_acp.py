@@ -527,6 +527,77 @@ async def test_a_write_replaces_the_file_and_keeps_its_permissions(tmp_path: Pat
     assert os.listdir(tmp_path) == ["script.sh"]  # no temporary file left behind
 
 
+def _read_raw(path: bytes) -> str:
+    with open(path) as file:
+        return file.read()
+
+
+def _links_to_non_utf8_names(root: Path) -> None:
+    """In ``root``: the folder ``d\\xff`` holding ``f.txt`` and a FIFO; links to it,
+    to its file, to a missing ``\\xff-missing`` and to ``../\\xff-outside``."""
+    raw_root = os.fsencode(root)
+    os.makedirs(raw_root + b"/d\xff")
+    with open(raw_root + b"/d\xff/f.txt", "w") as file:
+        file.write("hello")
+    os.mkfifo(raw_root + b"/d\xff/pipe")
+    os.symlink(b"\xff-missing", raw_root + b"/dangling")
+    os.symlink(os.fsencode(root.parent) + b"/\xff-outside", raw_root + b"/out")
+    os.symlink(b"d\xff", raw_root + b"/dir")
+    os.symlink(b"d\xff/f.txt", raw_root + b"/file")
+
+
+@pytest.mark.parametrize("method", ["fs/read_text_file", "fs/write_text_file"])
+async def test_non_utf8_names_from_the_file_system_are_escaped_in_errors_and_served_on(
+    tmp_path: Path, method: str
+) -> None:
+    # The agent's paths are valid text; links lead to names that are not UTF-8.
+    root = tmp_path / "project"
+    _links_to_non_utf8_names(root)
+    raw_root = os.fsencode(root)
+    shown = f"{root}/d\\xff"
+    cases = [
+        ("out", -32602, f"{root}/out (-> {tmp_path}/\\xff-outside) is outside {root}"),
+        ("dir/pipe", -32602, f"{shown}/pipe is not a regular file (a FIFO)"),
+        ("dir", -32602, f"{shown} is a folder"),
+        ("dir/gone/x.txt", -32002, f"{shown}/gone/x.txt does not exist"),
+    ]
+    if method == "fs/read_text_file":
+        cases.append(("dangling", -32002, f"{root}/\\xff-missing does not exist"))
+    async with connected(read_files=True, write_files=True) as (agent, peer):
+        await initialized(agent, peer)
+        await new_session(agent, peer, root)
+        for name, code, message in cases:
+            params = {"sessionId": "s1", "path": str(root / name), "content": "x"}
+            reply = await fs_call(peer, method, params)
+            assert reply["error"] == {"code": code, "message": message}, name
+        # A file in that folder is served as any other: nothing of its name goes back.
+        served = ["file", "dir/f.txt"] + ([] if "read" in method else ["dangling"])
+        for name in served:
+            params = {"sessionId": "s1", "path": str(root / name), "content": "hello"}
+            reply = await fs_call(peer, method, params)
+            assert reply["result"] == ({"content": "hello"} if "read" in method else {})
+        assert agent.client.closed_reason is None
+    assert _read_raw(raw_root + b"/d\xff/f.txt") == "hello"
+    if method == "fs/write_text_file":  # the link's target, inside the folder, was created
+        assert _read_raw(raw_root + b"/\xff-missing") == "hello"
+
+
+async def test_a_session_folder_that_cannot_be_resolved_is_an_escaped_one_line_error(
+    tmp_path: Path,
+) -> None:
+    loop = Path(os.fsdecode(os.fsencode(tmp_path) + b"/loop\xff"))
+    os.symlink(os.fsencode(loop), os.fsencode(loop))
+    async with connected(read_files=True) as (agent, peer):
+        await initialized(agent, peer)
+        agent.session("s1", loop)  # the host's own choice of folder, never sent
+        params = {"sessionId": "s1", "path": f"{tmp_path}/loop/x.txt"}
+        reply = await fs_call(peer, "fs/read_text_file", params)
+        assert reply["error"]["code"] == -32603
+        assert reply["error"]["message"].startswith(f"cannot resolve {tmp_path}/loop\\xff: ")
+        assert "\n" not in reply["error"]["message"]
+        assert agent.client.closed_reason is None
+
+
 # ----------------------------------------------------------------- elicitation
 
 

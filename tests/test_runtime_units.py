@@ -13,8 +13,11 @@ from typing import Any
 import msgspec
 import pytest
 import trio
+import typer
+from typer.testing import CliRunner
 
 from simhost.runtime import grammar
+from simhost.runtime.cli import runtime_command
 from simhost.runtime.grammar import Burst, Create, Delete, Edit, Help, Read, Run, Say, Usage
 from simhost.runtime.policy import (
     PRESETS,
@@ -32,6 +35,7 @@ from simhost.runtime.sessions import SessionStore, StandingGrant, UnknownSession
 from simhost.runtime.tools import (
     MAX_FILE_BYTES,
     MAX_OUTPUT_BYTES,
+    ToolCall,
     plan_delete,
     plan_edit,
     plan_read,
@@ -40,6 +44,9 @@ from simhost.runtime.tools import (
     shell_fallback,
 )
 from simhost.runtime.wire import HistoryEntry, TextContentBlock
+
+from .runtime_editor import answering
+from .test_runtime import open_runtime
 
 # --------------------------------------------------------------------- grammar
 
@@ -540,6 +547,138 @@ async def test_shell_output_is_bounded(tmp_path: Path) -> None:
     assert result.raw_output["exitCode"] == 3
     assert result.raw_output["truncated"] is True
     assert len(result.raw_output["output"]) == 64 * 1024
+
+
+# ------------------------------------------------ names that are not UTF-8
+
+
+def _read_raw(path: bytes) -> str:
+    with open(path) as file:
+        return file.read()
+
+
+def _non_utf8_workspace(tmp_path: Path) -> Path:
+    """A workspace whose links lead to names that are not UTF-8 (git can check such
+    links out): a file, a folder on the way, a missing file, a place outside."""
+    workspace = tmp_path / "w"
+    raw = os.fsencode(workspace)
+    os.makedirs(raw + b"/d\xff")
+    Path(os.fsdecode(raw + b"/d\xff/f.txt")).write_text("mine\n")
+    Path(os.fsdecode(raw + b"/\xff.txt")).write_text("mine\n")
+    os.symlink(b"d\xff/f.txt", raw + b"/link")
+    os.symlink(b"\xff.txt", raw + b"/file")
+    os.symlink(b"d\xff", raw + b"/dir")
+    os.symlink(b"\xff-missing", raw + b"/dangling")
+    os.symlink(os.fsencode(tmp_path) + b"/\xff-out", raw + b"/out")
+    return workspace
+
+
+def _plan(tool: str, workspace: Path, path: str) -> ToolCall:
+    if tool == "write":
+        return plan_write(workspace, path, "x\n", {"path": path, "text": "x"})
+    if tool == "edit":
+        return plan_edit(workspace, path, "mine", "x")
+    if tool == "read":
+        return plan_read(workspace, path)
+    return plan_delete(workspace, path)
+
+
+def _on_the_wire(call: ToolCall) -> bytes:
+    """Everything of a planned call the editor is sent; raises if JSON cannot carry it."""
+    reason = None if call.refusal is None else call.refusal.reason
+    shown = [call.title, call.raw_input, call.content, call.locations, reason]
+    return msgspec.json.encode(shown)
+
+
+@pytest.mark.parametrize("tool", ["write", "edit", "read", "delete"])
+def test_a_path_to_a_non_utf8_name_is_refused_for_that_call_with_the_name_escaped(
+    tmp_path: Path, tool: str
+) -> None:
+    workspace = _non_utf8_workspace(tmp_path)
+    before = sorted(os.listdir(os.fsencode(workspace)))
+    paths = ["link", "file", "dir/f.txt", "dangling", "dir/new.txt"]
+    for path in paths:
+        call = _plan(tool, workspace, path)
+        assert call.refusal is not None and not call.refusal.outside, (path, call)
+        assert call.refusal.reason.endswith(": a name in it is not UTF-8"), path
+        assert "\\xff" in call.refusal.reason and "\n" not in call.refusal.reason
+        assert shell_fallback(workspace, call) is None
+        _on_the_wire(call)
+    assert sorted(os.listdir(os.fsencode(workspace))) == before
+    assert Path(os.fsdecode(os.fsencode(workspace) + b"/d\xff/f.txt")).read_text() == "mine\n"
+
+
+@pytest.mark.parametrize("tool", ["write", "edit", "read", "delete"])
+def test_a_link_out_to_a_non_utf8_name_is_outside_and_its_fallback_fits_on_the_wire(
+    tmp_path: Path, tool: str
+) -> None:
+    workspace = _non_utf8_workspace(tmp_path)
+    if tool != "write":
+        (tmp_path / "\udcff-out").write_text("mine\n")  # a file tool needs it to exist
+    call = _plan(tool, workspace, "out")
+    assert call.refusal is not None and call.refusal.outside, call
+    assert call.refusal.reason == (
+        f"{workspace}/out (-> {tmp_path}/\\xff-out) is outside the workspace {workspace}"
+    )
+    _on_the_wire(call)
+    fallback = shell_fallback(workspace, call)
+    assert fallback is not None
+    _on_the_wire(fallback)
+
+
+async def test_a_link_swapped_to_a_non_utf8_name_while_the_question_is_open_fails_that_call(
+    tmp_path: Path,
+) -> None:
+    workspace = _non_utf8_workspace(tmp_path)
+    (workspace / "sub").mkdir()
+    (workspace / "sub" / "f.txt").write_text("mine\n")
+    (workspace / "moving").symlink_to("sub/f.txt")
+    calls = [_plan(tool, workspace, "moving") for tool in ("write", "read", "delete")]
+    assert all(call.refusal is None for call in calls)
+    (workspace / "moving").unlink()
+    os.symlink(b"d\xff/f.txt", os.fsencode(workspace) + b"/moving")
+    for call in calls:
+        result = await call.action()
+        assert not result.ok
+        assert f"moving now resolves to {workspace}/d\\xff/f.txt" in result.text
+        msgspec.json.encode([result.text, result.raw_output, result.content])
+    assert (workspace / "sub" / "f.txt").read_text() == "mine\n"
+
+
+async def test_the_runtime_answers_tools_on_non_utf8_names_and_the_turn_goes_on(
+    tmp_path: Path,
+) -> None:
+    async with open_runtime(tmp_path) as editor:
+        workspace = editor.workspace
+        _non_utf8_workspace(tmp_path)
+        session = await editor.new_session()
+        for prompt in ("create link with hi", "read dir/f.txt", "delete file"):
+            with trio.fail_after(20):
+                assert await editor.send(session, prompt) == "end_turn"
+            assert editor.texts(session)[-1].endswith("a name in it is not UTF-8")
+        seen: list[Any] = []
+        with trio.fail_after(20):
+            assert await editor.send(session, "create out with hi", answering("allow", seen))
+        [question] = seen  # the shell fallback asks, naming the link out escaped
+        assert "\\xff-out) is outside the workspace" in repr(question.tool_call.content)
+        assert _read_raw(os.fsencode(tmp_path) + b"/\xff-out") == "hi\n"
+    # open_runtime also checked that the runtime logged nothing (no traceback).
+    raw = os.fsencode(workspace)
+    for name in (b"/d\xff/f.txt", b"/\xff.txt"):  # refused: not written, not deleted
+        assert _read_raw(raw + name) == "mine\n"
+
+
+def test_a_workspace_whose_path_is_not_utf8_is_refused_at_start(tmp_path: Path) -> None:
+    workspace = os.fsdecode(os.fsencode(tmp_path) + b"/w\xff")
+    os.mkdir(workspace)
+    app = typer.Typer()
+    app.command()(runtime_command)
+    args = ["--state-dir", str(tmp_path / "state"), "--workspace", workspace]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    complaint = f"workspace {tmp_path}/w\\xff: its path is not UTF-8"
+    assert complaint in " ".join(result.stderr.split())
 
 
 # -------------------------------------------------------------------- sessions

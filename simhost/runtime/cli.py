@@ -19,6 +19,7 @@ import typer
 from rich.logging import RichHandler
 
 from permclient import DialectName
+from permclient._workspace_fs import escape_non_utf8, is_utf8
 from simhost._usage import fail, plain_console
 from simhost.runtime.policy import PolicyError, load_policy, shipped_policy_names
 from simhost.runtime.sessions import SessionStore, default_state_dir
@@ -97,6 +98,8 @@ def runtime_command(
     except PolicyError as exc:
         raise _fail(str(exc), 2) from None
     resolved = folder.resolve()
+    if not is_utf8(resolved):  # every tool call names it, and JSON carries only UTF-8
+        raise _fail(f"workspace {escape_non_utf8(resolved)}: its path is not UTF-8", 2)
     state = (state_dir or default_state_dir(resolved)).expanduser().absolute()
     try:
         state.mkdir(parents=True, exist_ok=True, mode=0o700)

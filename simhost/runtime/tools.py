@@ -15,7 +15,9 @@ Files are read, written and deleted through :mod:`permclient._workspace_fs`: the
 path is resolved once, then reached from the workspace folder without following
 any symbolic link, so a link swapped in after the check is refused, never
 followed. A file with a second hard link counts as outside the workspace, and a
-FIFO or a device is refused (nothing blocks).
+FIFO or a device is refused (nothing blocks). A path that leads to a name that is
+not UTF-8 is refused too: the card must show the real name, and JSON cannot carry
+it; a reason naming such a place elsewhere writes its stray bytes ``\\xff``.
 """
 
 from __future__ import annotations
@@ -37,7 +39,9 @@ import trio
 from permclient._workspace_fs import (
     Refused,
     delete_file,
+    escape_non_utf8,
     file_status,
+    is_utf8,
     read_file,
     read_head,
     replace_file,
@@ -163,14 +167,27 @@ class _Target:
 def _locate(
     tool: ToolName, kind: ToolKind, workspace: Path, path_text: str, raw_input: dict[str, Any]
 ) -> _Target | ToolCall:
-    """Where ``path_text`` leads in the workspace, else the refused call."""
+    """Where ``path_text`` leads in the workspace, else the refused call.
+
+    A path whose name is not UTF-8 (a link's target, or ``~`` from the system) is
+    refused: the card must show the real name, and JSON cannot carry it.
+    """
     try:
         absolute, resolved, inside = resolve(workspace, path_text)
     except Refused as exc:
         return _refused(tool, kind, path_text, raw_input, Refusal(exc.reason))
+    if not is_utf8(absolute):
+        return _refused(tool, kind, path_text, raw_input, _not_utf8(absolute))
     if not inside:
         return _refused_outside(tool, kind, workspace, path_text, raw_input, absolute, resolved)
+    if not is_utf8(resolved):
+        return _refused(tool, kind, path_text, raw_input, _not_utf8(resolved, absolute))
     return _Target(absolute, resolved, resolved.relative_to(workspace).parts)
+
+
+def _not_utf8(path: Path, asked: Path | None = None) -> Refusal:
+    shown = escape_non_utf8(path if asked is None else f"{asked} (-> {path})")
+    return Refusal(f"{shown}: a name in it is not UTF-8")
 
 
 async def _unavailable() -> ToolResult:  # pragma: no cover - refused calls never run
@@ -238,7 +255,8 @@ def _outside(workspace: Path, absolute: Path, resolved: Path) -> Refusal:
     if resolved == workspace:
         return Refusal(f"{absolute} is the workspace folder itself")
     shown = str(absolute) if absolute == resolved else f"{absolute} (-> {resolved})"
-    return Refusal(f"{shown} is outside the workspace {workspace}", outside=True)
+    reason = escape_non_utf8(f"{shown} is outside the workspace {workspace}")
+    return Refusal(reason, outside=True)
 
 
 def _current_text(workspace: Path, target: _Target) -> str | None:
@@ -320,7 +338,7 @@ def _still_there(workspace: Path, path_text: str, target: _Target) -> str | None
     except Refused as exc:
         return exc.reason
     if not inside or now != target.resolved:
-        return f"{path_text} now resolves to {now}"
+        return escape_non_utf8(f"{path_text} now resolves to {now}")
     return None
 
 
