@@ -547,8 +547,8 @@ class PermissionCard:
             rows = list(_take(analysis.details, FULL_MAX_ROWS))
             more = len(analysis.details) - len(rows)
             summary = f"… {more:,} more lines not shown" if more else None
-            layout = _Layout(len(analysis.command_lines), rows, summary, compact=False)
-            yield self._panel(analysis, layout, warning, _FULL_CHARS)
+            full = _Layout(len(analysis.command_lines), rows, summary, compact=False)
+            yield self._panel(analysis, full, warning, _FULL_CHARS)
             return
         budget = self.max_height
         layout = self._fit(console, inner, analysis, warning, budget - _PANEL_ROWS, False)
