@@ -12,12 +12,14 @@ from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from rich.console import Console
 from rich.text import Text
 
 import simhost.chat.card as card_module
 from permclient import PermissionRequest
-from simhost.chat.card import FULL_MAX_ROWS, PermissionCard
+from simhost.chat.card import FULL_MAX_ROWS, KEYED_OPTIONS, PermissionCard
 from simhost.chat.screen import PlainScreen, View
 from simhost.chat.text import has_hidden, is_hidden, visible
 
@@ -427,6 +429,83 @@ def test_a_live_card_keeps_its_head_and_options_and_says_what_it_left_out(height
     shown = sum(1 for line in body if line.startswith(("Command  $ echo", "> echo")))
     assert f"… {80 - shown} more lines ({80 - shown} of the command): press v to view" in body
     assert "Press 1-4 to choose" in body
+
+
+LONG_HINT = (
+    "Press 1-9 to choose (options after 9 have no key) · Esc answers cancelled · Enter does "
+    "nothing · Ctrl-C cancels the turn · other keys type on the prompt line"
+)
+
+
+def many_options_card(
+    options: int, *, name: str = "Allow variant", **tool_call: Any
+) -> PermissionCard:
+    chosen = [
+        {"optionId": f"o{i}", "name": f"{name} {i}", "kind": "allow_once"}
+        for i in range(1, options + 1)
+    ]
+    call = {"toolCallId": "c", "title": "run", **tool_call}
+    return PermissionCard(request(call, options=chosen), session_title="Notes", hint=LONG_HINT)
+
+
+def option_numbers(output: str) -> list[int]:
+    return [int(m.group(1)) for m in re.finditer(r"^│ {1,2}(\d+) {3}", output, re.MULTILINE)]
+
+
+def test_a_live_card_shows_only_the_options_a_key_can_choose_and_counts_the_rest() -> None:
+    output = render(many_options_card(82, rawInput={"command": "rm -rf ~"}).fitted(24), width=80)
+    lines = output.splitlines()
+    assert len(lines) <= 24
+    assert lines[1].startswith("│ Session  Notes (s-7)")
+    assert option_numbers(output) == list(range(1, KEYED_OPTIONS + 1))
+    assert "… 73 more options (10-82): no key chooses them; press v to see them all" in output
+    assert "No deny option has a key: Esc answers cancelled (a denial)." in output
+    full = render(many_options_card(82))  # v and a pipe: every option
+    assert option_numbers(full) == list(range(1, 83))
+    assert "more options" not in full and "No deny option was offered" in full
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    options=st.integers(1, 120),
+    command_lines=st.integers(0, 150),
+    line_length=st.integers(1, 400),
+    name_length=st.integers(0, 300),
+    height=st.integers(1, 60),
+    width=st.integers(20, 160),
+    hidden=st.booleans(),
+)
+def test_a_live_card_is_never_taller_than_its_budget(
+    options: int,
+    command_lines: int,
+    line_length: int,
+    name_length: int,
+    height: int,
+    width: int,
+    hidden: bool,
+) -> None:
+    """Any number of options, any command, any terminal down to one row: the card fits.
+
+    With room for its head and its keyed options (each cut to one row at the
+    least), they are all there, and no option a key cannot choose.
+    """
+    line = ("x" * line_length) + ("\u202e" if hidden else "")
+    command = "\n".join([line] * command_lines) if command_lines else None
+    raw_input = {"command": command} if command is not None else None
+    card = many_options_card(options, name="n" * name_length, rawInput=raw_input)
+    output = render(card.fitted(height), width=width)
+    lines = output.splitlines()
+    assert len(lines) <= height
+    keyed = min(options, KEYED_OPTIONS)
+    # borders, session, tool, call, a command line, the summary, the warning,
+    # "Options", the keyed options, "… more options", "No deny option", the hint
+    least = 2 + 3 + 1 + 1 + 1 + 1 + keyed + 1 + 1 + 1
+    if height >= least and width >= 40:
+        assert lines[1].startswith("│ Session  Notes (s-7)")
+        assert option_numbers(output) == list(range(1, keyed + 1))
+        assert "too small" not in output
+    else:
+        assert max(option_numbers(output), default=0) <= keyed
 
 
 def test_a_card_that_fits_is_shown_whole_without_a_summary() -> None:

@@ -627,7 +627,9 @@ class PermissionCard:
             hidden_total = len(commands) - shown + len(details)
             if hidden_total == 0:
                 return _Layout(shown, [], None, compact) if left >= 0 else None
-            left -= 1  # the summary line, unless everything fits
+            # The summary, unless everything fits: as tall as its longest wording.
+            longest = _summary(len(commands) + len(details), len(commands))
+            left -= 1 if compact else len(Text(longest).wrap(console, inner.max_width))
             if left >= 0:
                 break
         else:
@@ -655,8 +657,12 @@ class PermissionCard:
         more = len(commands) - shown + len(details) - len(rows)
         if more == 0:
             return _Layout(shown, rows, None, compact)
-        where = f" ({len(commands) - shown:,} of the command)" if shown < len(commands) else ""
-        return _Layout(shown, rows, f"… {more:,} more lines{where}: press v to view", compact)
+        return _Layout(shown, rows, _summary(more, len(commands) - shown), compact)
+
+
+def _summary(more: int, of_command: int) -> str:
+    where = f" ({of_command:,} of the command)" if of_command else ""
+    return f"… {more:,} more lines{where}: press v to view"
 
 
 def _take(rows: Iterable[tuple[_Run, str]], count: int) -> Iterator[tuple[_Run, str]]:
