@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import difflib
 import io
 import json
+import locale
 import re
 import unicodedata
 from pathlib import Path
@@ -12,8 +15,10 @@ from typing import Any
 
 import msgspec
 import pytest
+import wcwidth
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from rich.cells import cell_len
 from rich.console import Console
 from rich.text import Text
 
@@ -21,7 +26,7 @@ import simhost.chat.card as card_module
 from permclient import PermissionRequest
 from simhost.chat.card import FULL_MAX_ROWS, KEYED_OPTIONS, PermissionCard
 from simhost.chat.screen import PlainScreen, View
-from simhost.chat.text import has_hidden, is_hidden, visible
+from simhost.chat.text import MARKS_PER_CHARACTER, has_hidden, is_hidden, is_uneven, visible
 
 GOLDEN = Path(__file__).parent / "fixtures" / "golden"
 FOUR_OPTIONS = [
@@ -348,6 +353,107 @@ def test_the_transcripts_escape_follows_the_same_rule_but_keeps_line_breaks_and_
     assert all(is_hidden(char) for char in HIDDEN)
     assert has_hidden("a\nb") and not has_hidden("a\nb", keep="\n")
     assert not any(is_hidden(char) for char in "aZ ~é漢字\u0301🙂")
+
+
+# ------------------------------------------------- characters of uneven width
+
+
+def _glibc_wcwidth() -> Any:
+    """glibc's wcwidth (what xterm, VTE and a pyte set up like them draw), or None."""
+    name = ctypes.util.find_library("c")
+    if name is None or "libc.so" not in name:
+        return None
+    try:
+        locale.setlocale(locale.LC_CTYPE, "C.UTF-8")
+    except locale.Error:
+        return None
+    libc = ctypes.CDLL(name)
+    libc.wcwidth.restype = ctypes.c_int
+    return lambda char: libc.wcwidth(ctypes.c_wchar(char))
+
+
+def _shown_code_points() -> list[str]:
+    """Every character a card shows unescaped where it stands alone."""
+    return [
+        chr(code)
+        for code in range(0x20, 0x110000)
+        if not 0xD800 <= code < 0xE000 and not is_hidden(chr(code))
+    ]
+
+
+@pytest.mark.parametrize("terminal", ["wcwidth", "glibc"])
+def test_every_character_shown_unescaped_is_as_wide_for_rich_as_for_the_terminal(
+    terminal: str,
+) -> None:
+    width = wcwidth.wcwidth if terminal == "wcwidth" else _glibc_wcwidth()
+    if width is None:
+        pytest.skip("no glibc with a C.UTF-8 locale")
+    try:
+        uneven = [
+            f"U+{ord(char):04X} rich={cell_len(char)} {terminal}={width(char)}"
+            for char in _shown_code_points()
+            if width(char) >= 0 and width(char) != cell_len(char)
+        ]
+    finally:
+        locale.setlocale(locale.LC_CTYPE, "")
+    assert uneven == []
+
+
+def test_the_classes_the_review_found_are_escaped() -> None:
+    spacing_marks = [chr(c) for c in range(0x300, 0x20000) if unicodedata.category(chr(c)) == "Mc"]
+    enclosing = [chr(c) for c in range(0x300, 0x20000) if unicodedata.category(chr(c)) == "Me"]
+    assert len(spacing_marks) > 400 and len(enclosing) > 10
+    others = "\u302e\u302f\U0001f3fb\U0001f3ff\u3248\u324f\U0001f1e6\u2630\U0001d300"
+    for char in [*spacing_marks, *enclosing, *others]:
+        assert is_uneven(char) and is_hidden(char), f"U+{ord(char):04X}"
+        assert visible(char) == "\\" + ("U" if ord(char) > 0xFFFF else "u") + visible(char)[2:]
+        assert has_hidden(f"a{char}b")
+    assert not any(is_uneven(char) for char in "aZ ~é漢字\u0301🙂")
+
+
+def test_combining_marks_past_the_second_on_one_character_are_escaped() -> None:
+    zalgo = "e" + "\u0301\u0316\u0300\u0317\u0302"
+    assert visible(zalgo) == "e\u0301\u0316\\u0300\\u0317\\u0302"
+    assert visible("e\u0301\u0316 é\u0316\u0300") == "e\u0301\u0316 é\u0316\u0300"  # é is one
+    assert not has_hidden("e\u0301\u0316") and has_hidden("e\u0301\u0316\u0300")
+    assert MARKS_PER_CHARACTER == 2
+
+
+def _terminal_width(line: str, width: Any) -> int:
+    return sum(max(0, width(char)) for char in line)
+
+
+def test_no_row_of_a_card_is_wider_or_narrower_on_the_terminal_than_rich_drew_it() -> None:
+    """An allow option named "Deny  reject_once" + 64 spacing marks (the review's spoof)."""
+    glibc = _glibc_wcwidth()
+    if glibc is None:
+        pytest.skip("no glibc with a C.UTF-8 locale")
+    marks = "\u0903\u093e\u302e\U0001f3fb\u20dd\u3248\u2630\U0001f1e6"
+    zalgo = "e" + "".join(chr(c) for c in range(0x300, 0x340))
+    options = [
+        {"optionId": "allow", "name": "Deny  reject_once" + "\u0903" * 64, "kind": "allow_once"},
+        {"optionId": "deny", "name": "Cancel" + marks + zalgo, "kind": "reject_once"},
+    ]
+    card = PermissionCard(
+        request(
+            {"toolCallId": "c1", "title": "rm" + marks, "rawInput": {"command": marks + zalgo}},
+            options=options,
+        )
+    )
+    try:
+        for output in (render(card, width=80), render(card.fitted(30), width=80)):
+            lines = output.splitlines()
+            assert {_terminal_width(line, glibc) for line in lines} == {cell_len(lines[0])}
+            assert {_terminal_width(line, wcwidth.wcwidth) for line in lines} == {
+                cell_len(lines[0])
+            }
+            rows = _row_starts(output)
+            option_rows = [row for row in rows if re.match(r" ?\d+ ", row)]
+            assert [row.split()[0] for row in option_rows] == ["1", "2"]
+            assert re.match(r" 1 +Deny .* allow_once +│$", option_rows[0])
+            assert "⚠ this request contains line breaks, control or invisible" in output
+    finally:
+        locale.setlocale(locale.LC_CTYPE, "")
 
 
 def _row_starts(output: str) -> list[str]:
