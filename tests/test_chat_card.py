@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import difflib
 import io
 import json
+import locale
 import re
 import unicodedata
 from pathlib import Path
@@ -12,14 +15,18 @@ from typing import Any
 
 import msgspec
 import pytest
+import wcwidth
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from rich.cells import cell_len
 from rich.console import Console
 from rich.text import Text
 
 import simhost.chat.card as card_module
 from permclient import PermissionRequest
-from simhost.chat.card import FULL_MAX_ROWS, PermissionCard
+from simhost.chat.card import FULL_MAX_ROWS, KEYED_OPTIONS, PermissionCard
 from simhost.chat.screen import PlainScreen, View
-from simhost.chat.text import has_hidden, is_hidden, visible
+from simhost.chat.text import MARKS_PER_CHARACTER, has_hidden, is_hidden, is_uneven, visible
 
 GOLDEN = Path(__file__).parent / "fixtures" / "golden"
 FOUR_OPTIONS = [
@@ -348,6 +355,107 @@ def test_the_transcripts_escape_follows_the_same_rule_but_keeps_line_breaks_and_
     assert not any(is_hidden(char) for char in "aZ ~é漢字\u0301🙂")
 
 
+# ------------------------------------------------- characters of uneven width
+
+
+def _glibc_wcwidth() -> Any:
+    """glibc's wcwidth (what xterm, VTE and a pyte set up like them draw), or None."""
+    name = ctypes.util.find_library("c")
+    if name is None or "libc.so" not in name:
+        return None
+    try:
+        locale.setlocale(locale.LC_CTYPE, "C.UTF-8")
+    except locale.Error:
+        return None
+    libc = ctypes.CDLL(name)
+    libc.wcwidth.restype = ctypes.c_int
+    return lambda char: libc.wcwidth(ctypes.c_wchar(char))
+
+
+def _shown_code_points() -> list[str]:
+    """Every character a card shows unescaped where it stands alone."""
+    return [
+        chr(code)
+        for code in range(0x20, 0x110000)
+        if not 0xD800 <= code < 0xE000 and not is_hidden(chr(code))
+    ]
+
+
+@pytest.mark.parametrize("terminal", ["wcwidth", "glibc"])
+def test_every_character_shown_unescaped_is_as_wide_for_rich_as_for_the_terminal(
+    terminal: str,
+) -> None:
+    width = wcwidth.wcwidth if terminal == "wcwidth" else _glibc_wcwidth()
+    if width is None:
+        pytest.skip("no glibc with a C.UTF-8 locale")
+    try:
+        uneven = [
+            f"U+{ord(char):04X} rich={cell_len(char)} {terminal}={width(char)}"
+            for char in _shown_code_points()
+            if width(char) >= 0 and width(char) != cell_len(char)
+        ]
+    finally:
+        locale.setlocale(locale.LC_CTYPE, "")
+    assert uneven == []
+
+
+def test_the_classes_the_review_found_are_escaped() -> None:
+    spacing_marks = [chr(c) for c in range(0x300, 0x20000) if unicodedata.category(chr(c)) == "Mc"]
+    enclosing = [chr(c) for c in range(0x300, 0x20000) if unicodedata.category(chr(c)) == "Me"]
+    assert len(spacing_marks) > 400 and len(enclosing) > 10
+    others = "\u302e\u302f\U0001f3fb\U0001f3ff\u3248\u324f\U0001f1e6\u2630\U0001d300"
+    for char in [*spacing_marks, *enclosing, *others]:
+        assert is_uneven(char) and is_hidden(char), f"U+{ord(char):04X}"
+        assert visible(char) == "\\" + ("U" if ord(char) > 0xFFFF else "u") + visible(char)[2:]
+        assert has_hidden(f"a{char}b")
+    assert not any(is_uneven(char) for char in "aZ ~é漢字\u0301🙂")
+
+
+def test_combining_marks_past_the_second_on_one_character_are_escaped() -> None:
+    zalgo = "e" + "\u0301\u0316\u0300\u0317\u0302"
+    assert visible(zalgo) == "e\u0301\u0316\\u0300\\u0317\\u0302"
+    assert visible("e\u0301\u0316 é\u0316\u0300") == "e\u0301\u0316 é\u0316\u0300"  # é is one
+    assert not has_hidden("e\u0301\u0316") and has_hidden("e\u0301\u0316\u0300")
+    assert MARKS_PER_CHARACTER == 2
+
+
+def _terminal_width(line: str, width: Any) -> int:
+    return sum(max(0, width(char)) for char in line)
+
+
+def test_no_row_of_a_card_is_wider_or_narrower_on_the_terminal_than_rich_drew_it() -> None:
+    """An allow option named "Deny  reject_once" + 64 spacing marks (the review's spoof)."""
+    glibc = _glibc_wcwidth()
+    if glibc is None:
+        pytest.skip("no glibc with a C.UTF-8 locale")
+    marks = "\u0903\u093e\u302e\U0001f3fb\u20dd\u3248\u2630\U0001f1e6"
+    zalgo = "e" + "".join(chr(c) for c in range(0x300, 0x340))
+    options = [
+        {"optionId": "allow", "name": "Deny  reject_once" + "\u0903" * 64, "kind": "allow_once"},
+        {"optionId": "deny", "name": "Cancel" + marks + zalgo, "kind": "reject_once"},
+    ]
+    card = PermissionCard(
+        request(
+            {"toolCallId": "c1", "title": "rm" + marks, "rawInput": {"command": marks + zalgo}},
+            options=options,
+        )
+    )
+    try:
+        for output in (render(card, width=80), render(card.fitted(30), width=80)):
+            lines = output.splitlines()
+            assert {_terminal_width(line, glibc) for line in lines} == {cell_len(lines[0])}
+            assert {_terminal_width(line, wcwidth.wcwidth) for line in lines} == {
+                cell_len(lines[0])
+            }
+            rows = _row_starts(output)
+            option_rows = [row for row in rows if re.match(r" ?\d+ ", row)]
+            assert [row.split()[0] for row in option_rows] == ["1", "2"]
+            assert re.match(r" 1 +Deny .* allow_once +│$", option_rows[0])
+            assert "⚠ this request contains line breaks, control or invisible" in output
+    finally:
+        locale.setlocale(locale.LC_CTYPE, "")
+
+
 def _row_starts(output: str) -> list[str]:
     """What each row of the card's body begins with (the left border cut off)."""
     return [line.removeprefix("│ ") for line in output.splitlines()[1:-1]]
@@ -427,6 +535,83 @@ def test_a_live_card_keeps_its_head_and_options_and_says_what_it_left_out(height
     shown = sum(1 for line in body if line.startswith(("Command  $ echo", "> echo")))
     assert f"… {80 - shown} more lines ({80 - shown} of the command): press v to view" in body
     assert "Press 1-4 to choose" in body
+
+
+LONG_HINT = (
+    "Press 1-9 to choose (options after 9 have no key) · Esc answers cancelled · Enter does "
+    "nothing · Ctrl-C cancels the turn · other keys type on the prompt line"
+)
+
+
+def many_options_card(
+    options: int, *, name: str = "Allow variant", **tool_call: Any
+) -> PermissionCard:
+    chosen = [
+        {"optionId": f"o{i}", "name": f"{name} {i}", "kind": "allow_once"}
+        for i in range(1, options + 1)
+    ]
+    call = {"toolCallId": "c", "title": "run", **tool_call}
+    return PermissionCard(request(call, options=chosen), session_title="Notes", hint=LONG_HINT)
+
+
+def option_numbers(output: str) -> list[int]:
+    return [int(m.group(1)) for m in re.finditer(r"^│ {1,2}(\d+) {3}", output, re.MULTILINE)]
+
+
+def test_a_live_card_shows_only_the_options_a_key_can_choose_and_counts_the_rest() -> None:
+    output = render(many_options_card(82, rawInput={"command": "rm -rf ~"}).fitted(24), width=80)
+    lines = output.splitlines()
+    assert len(lines) <= 24
+    assert lines[1].startswith("│ Session  Notes (s-7)")
+    assert option_numbers(output) == list(range(1, KEYED_OPTIONS + 1))
+    assert "… 73 more options (10-82): no key chooses them; press v to see them all" in output
+    assert "No deny option has a key: Esc answers cancelled (a denial)." in output
+    full = render(many_options_card(82))  # v and a pipe: every option
+    assert option_numbers(full) == list(range(1, 83))
+    assert "more options" not in full and "No deny option was offered" in full
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    options=st.integers(1, 120),
+    command_lines=st.integers(0, 150),
+    line_length=st.integers(1, 400),
+    name_length=st.integers(0, 300),
+    height=st.integers(1, 60),
+    width=st.integers(20, 160),
+    hidden=st.booleans(),
+)
+def test_a_live_card_is_never_taller_than_its_budget(
+    options: int,
+    command_lines: int,
+    line_length: int,
+    name_length: int,
+    height: int,
+    width: int,
+    hidden: bool,
+) -> None:
+    """Any number of options, any command, any terminal down to one row: the card fits.
+
+    With room for its head and its keyed options (each cut to one row at the
+    least), they are all there, and no option a key cannot choose.
+    """
+    line = ("x" * line_length) + ("\u202e" if hidden else "")
+    command = "\n".join([line] * command_lines) if command_lines else None
+    raw_input = {"command": command} if command is not None else None
+    card = many_options_card(options, name="n" * name_length, rawInput=raw_input)
+    output = render(card.fitted(height), width=width)
+    lines = output.splitlines()
+    assert len(lines) <= height
+    keyed = min(options, KEYED_OPTIONS)
+    # borders, session, tool, call, a command line, the summary, the warning,
+    # "Options", the keyed options, "… more options", "No deny option", the hint
+    least = 2 + 3 + 1 + 1 + 1 + 1 + keyed + 1 + 1 + 1
+    if height >= least and width >= 40:
+        assert lines[1].startswith("│ Session  Notes (s-7)")
+        assert option_numbers(output) == list(range(1, keyed + 1))
+        assert "too small" not in output
+    else:
+        assert max(option_numbers(output), default=0) <= keyed
 
 
 def test_a_card_that_fits_is_shown_whole_without_a_summary() -> None:

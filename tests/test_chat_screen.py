@@ -22,7 +22,7 @@ from rich.text import Text
 from simhost.chat.card import PermissionCard
 from simhost.chat.screen import FRAME_S, LiveScreen, PlainScreen, View
 
-from .test_chat_card import command_card, request
+from .test_chat_card import command_card, many_options_card, request
 from .test_chat_fakes import running_chat, settle
 
 SYNC_BEGIN = "\x1b[?2026h"
@@ -78,6 +78,29 @@ def test_the_session_row_the_options_and_the_marker_are_on_screen_whatever_the_c
     assert any("Press 1-4 to choose" in row for row in rows)
     assert any("of the command): press v to view" in row for row in rows)
     assert rows[-2].startswith("⧗ 1 approval waiting") or rows[-1].startswith("⧗ 1 approval")
+    screen.stop()
+
+
+@pytest.mark.parametrize("height", [8, 16, 24, 40])
+def test_a_card_with_82_options_keeps_its_session_row_on_screen_and_fits(height: int) -> None:
+    console = terminal(height=height)
+    screen = LiveScreen(console)
+    screen.start()
+    for i in range(30):
+        screen.print(Text(f"transcript line {i}"))
+    card = many_options_card(82, rawInput={"command": "\n".join(["pytest"] * 50)})
+    screen.refresh(View(card=card, card_id=1, marker=Text("⧗ 1 approval waiting")))
+    rows = on_screen(console)
+    assert sum(1 for row in rows if row.startswith("╭─ Permission request")) == 1
+    assert any(row.startswith("│ Session  Notes (s-7)") for row in rows)
+    assert any(row.startswith("⧗ 1 approval waiting") for row in rows)
+    numbers = [int(row.split()[1]) for row in rows if re.match(r"│ +\d+ {3}", row)]
+    if height >= 24:
+        assert numbers == list(range(1, 10))
+        assert any("… 73 more options (10-82): no key chooses them" in row for row in rows)
+    else:
+        assert numbers == list(range(1, len(numbers) + 1))
+        assert any("terminal is too small for this card" in row for row in rows)
     screen.stop()
 
 

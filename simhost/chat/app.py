@@ -56,7 +56,7 @@ from simhost._digits import small_number
 
 from .approvals import Approval, ApprovalQueue
 from .backends import Backend, BridgeBackend, Unsupported
-from .card import PermissionCard, option_label, session_label
+from .card import KEYED_OPTIONS, PermissionCard, option_label, session_label
 from .keys import Key, LineEditor
 from .protocol import InitializeResult, UpdateBody, parse_session_update
 from .render import (
@@ -502,8 +502,9 @@ class ChatApp:
             )
         if self._keyboard_card() is None:
             return Text("… (read the card: keys go to the prompt line for now)", style="dim italic")
-        hint = Text(f"Press {keys} to choose", style="bold")
-        if count > 9:
+        keyed = min(count, KEYED_OPTIONS)  # the hint names only keys that answer
+        hint = Text(f"Press {f'1-{keyed}' if keyed > 1 else '1'} to choose", style="bold")
+        if count > KEYED_OPTIONS:
             hint.append(" (options after 9 have no key)", style="dim")
         hint.append(" · Esc answers cancelled · Enter does nothing · Ctrl-C cancels the turn")
         hint.append(" · other keys type on the prompt line", style="dim")

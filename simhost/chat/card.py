@@ -19,10 +19,15 @@ Nothing the runtime sends can draw a line the chat did not mean:
 * an option row is the option's number in reverse video, then its name (one
   line), then its kind.
 
-A card given ``max_height`` (the live card) always shows its head (session,
-tool, the first lines of the command) and its options, and as much of the rest
-as fits, then ``… N more lines: press v to view``. Without it (the full card,
-for ``v`` and for a pipe) the details stop after :data:`FULL_MAX_ROWS` rows.
+A card given ``max_height`` (the live card) is never taller than that. It
+shows its head (session, tool, the first lines of the command) and the options
+a key can choose (1 to :data:`KEYED_OPTIONS`; the others are counted in one
+row: no key chooses them, ``v`` shows them), and as much of the rest as fits,
+then ``… N more lines: press v to view``. When that does not fit, every row of
+it is cut to one terminal row (``…`` at the end); when even that does not fit,
+the card shows its first rows and says the terminal is too small. Without
+``max_height`` (the full card, for ``v`` and for a pipe) every option is shown
+and the details stop after :data:`FULL_MAX_ROWS` rows.
 Either way the work done is bounded by what is shown: a 10 MB diff is never
 compared, styled or measured whole.
 """
@@ -38,6 +43,7 @@ from typing import Any, Final
 
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.panel import Panel
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
@@ -56,6 +62,7 @@ from .text import compact_json, escaped, has_hidden, pretty_json, visible
 
 __all__ = [
     "FULL_MAX_ROWS",
+    "KEYED_OPTIONS",
     "OPTION_STYLES",
     "PermissionCard",
     "option_label",
@@ -70,6 +77,8 @@ OPTION_STYLES: Final = {
 }
 FULL_MAX_ROWS: Final = 2000
 """Rows of details a full card shows at most (``v`` and a pipe)."""
+KEYED_OPTIONS: Final = 9
+"""Options a key can choose (``1`` to ``9``): the live card shows these and counts the rest."""
 
 _NUMBER_STYLE: Final = "bold reverse"
 _GUTTER: Final = Text("▏", style="dim")
@@ -389,6 +398,14 @@ def _gutter_grid() -> Table:
     return grid
 
 
+def _one_row(text: Text) -> Text:
+    """``text`` cut to one terminal row, with ``…`` where it was cut."""
+    row = text.copy()
+    row.no_wrap = True
+    row.overflow = "ellipsis"
+    return row
+
+
 def _command_row(index: int, line: str, chars: int) -> Text:
     if index == 0:  # "$ " and the command in one style: one run of text on the terminal
         return escaped("$ " + line, "bold yellow", limit=chars + 2)
@@ -400,6 +417,24 @@ def _command_row(index: int, line: str, chars: int) -> Text:
 def _detail_row(run: _Run, line: str, chars: int) -> Text:
     style = _diff_style(line) if run.style is None else run.style
     return escaped(line, style, limit=chars)
+
+
+_WARNING: Final = Text(
+    "⚠ this request contains line breaks, control or invisible characters, or characters "
+    "a terminal may draw wider or narrower, where they do not belong; they are shown escaped "
+    "(\\n, \\x1b, \\u202e …)",
+    style="bold yellow",
+)
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """What a live card shows: command lines, detail rows, the summary, one row per line or not."""
+
+    commands: int
+    rows: list[tuple[_Run, str]]
+    summary: str | None
+    compact: bool
 
 
 class PermissionCard:
@@ -442,79 +477,119 @@ class PermissionCard:
         """True if at least one option is a ``reject_*`` kind."""
         return any(option.kind.startswith("reject") for option in self.request.options)
 
-    def _head(self, command_lines: Sequence[str], shown: int, chars: int) -> Table:
+    def _head(self, command_lines: Sequence[str], shown: int, chars: int, compact: bool) -> Table:
         request = self.request
         call = request.tool_call
         head = _label_grid()
+
+        def row(text: Text) -> Text:
+            return _one_row(text) if compact else text
+
         session = escaped(self.session_title or "", "bold", limit=chars)
         if self.session_title:
             session.append(" ")
         session.append_text(escaped(f"({request.session_id})", limit=chars))
-        head.add_row("Session", session)
+        head.add_row("Session", row(session))
         tool = escaped(call.title or "(untitled tool call)", "bold", limit=chars)
         tool.append(f"  kind: {call.kind or 'unknown'}", style="magenta")
-        head.add_row("Tool", tool)
-        head.add_row("Call", escaped(call.tool_call_id, "dim", limit=chars))
+        head.add_row("Tool", row(tool))
+        head.add_row("Call", row(escaped(call.tool_call_id, "dim", limit=chars)))
         for index, line in enumerate(command_lines[:shown]):
-            head.add_row("Command" if index == 0 else "", _command_row(index, line, chars))
+            head.add_row("Command" if index == 0 else "", row(_command_row(index, line, chars)))
         return head
 
-    def _options(self, chars: int) -> list[RenderableType]:
+    def _options(self, chars: int, compact: bool) -> list[RenderableType]:
+        """The options, then what Esc does if none denies, then the hint.
+
+        The live card shows only the options a key can choose and counts the rest.
+        """
+        options = self.request.options
+        live = self.max_height is not None
+        shown = options[:KEYED_OPTIONS] if live else options
         grid = Table.grid(padding=(0, 2))
         grid.add_column(no_wrap=True)
         grid.add_column(overflow="fold")
         grid.add_column(no_wrap=True)
-        for number, option in enumerate(self.request.options, start=1):
+        for number, option in enumerate(shown, start=1):
+            name = escaped(option.name, OPTION_STYLES.get(option.kind, ""), limit=chars)
             grid.add_row(
                 Text(f"{number:>2} ", style=_NUMBER_STYLE),
-                escaped(option.name, OPTION_STYLES.get(option.kind, ""), limit=chars),
+                _one_row(name) if compact else name,
                 escaped(option.kind, "dim"),
             )
-        parts: list[RenderableType] = [Text("Options", style="bold"), grid]
-        if not self.offers_deny:
-            parts.append(
-                Text("No deny option was offered: Esc answers cancelled (a denial).", style="red")
+        lines: list[Text] = []
+        if len(shown) < len(options):
+            lines.append(
+                Text(
+                    f"… {len(options) - len(shown):,} more options "
+                    f"({len(shown) + 1}-{len(options)}): no key chooses them; "
+                    "press v to see them all",
+                    style="bold yellow",
+                )
+            )
+        if not any(option.kind.startswith("reject") for option in shown):
+            what = "was offered" if len(shown) == len(options) else "has a key"
+            lines.append(
+                Text(f"No deny option {what}: Esc answers cancelled (a denial).", style="red")
             )
         if self.hint is not None:
-            parts.append(self.hint if isinstance(self.hint, Text) else Text(self.hint))
-        return parts
+            lines.append(self.hint if isinstance(self.hint, Text) else Text(self.hint))
+        if compact:
+            lines = [_one_row(line) for line in lines]
+        return [Text("Options", style="bold"), grid, *lines]
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         analysis = _analysis(self.request)
         width = max(8, options.max_width - _PANEL_COLUMNS)
         inner = options.update(width=width, height=None)
-        chars = _LIVE_CHARS if self.max_height is not None else _FULL_CHARS
-        warning = (
-            Text(
-                "⚠ this request contains line breaks, control or invisible characters "
-                "where they do not belong; they are shown escaped (\\n, \\x1b, \\u202e …)",
-                style="bold yellow",
-            )
-            if analysis.hidden
-            else None
-        )
-        commands = analysis.command_lines
-        details = analysis.details
+        warning = _WARNING if analysis.hidden else None
         if self.max_height is None:
-            shown_commands = len(commands)
-            rows = list(_take(details, FULL_MAX_ROWS))
-            more = len(details) - len(rows)
+            rows = list(_take(analysis.details, FULL_MAX_ROWS))
+            more = len(analysis.details) - len(rows)
             summary = f"… {more:,} more lines not shown" if more else None
-        else:
-            shown_commands, rows, summary = self._fit(
-                console, inner, analysis, warning, self.max_height - _PANEL_ROWS
+            full = _Layout(len(analysis.command_lines), rows, summary, compact=False)
+            yield self._panel(analysis, full, warning, _FULL_CHARS)
+            return
+        budget = self.max_height
+        layout = self._fit(console, inner, analysis, warning, budget - _PANEL_ROWS, False)
+        if layout is None:
+            warning = None if warning is None else _one_row(warning)
+            layout = self._fit(console, inner, analysis, warning, budget - _PANEL_ROWS, True)
+        if layout is None:  # the least this card can be: its first rows, then why
+            layout = _Layout(min(1, len(analysis.command_lines)), [], None, compact=True)
+        panel = self._panel(analysis, layout, warning, _LIVE_CHARS)
+        lines = console.render_lines(panel, options, pad=False)
+        if len(lines) > budget:
+            notice = _one_row(
+                Text(
+                    "⚠ the terminal is too small for this card: press v to print it whole, "
+                    "Esc answers cancelled",
+                    style="bold reverse yellow",
+                )
             )
-        parts: list[RenderableType] = [self._head(commands, shown_commands, chars)]
+            lines = lines[: max(0, budget - 1)] + console.render_lines(notice, options, pad=False)
+        new_line = Segment.line()
+        for line in lines:
+            yield from line
+            yield new_line
+
+    def _panel(
+        self, analysis: _Analysis, layout: _Layout, warning: Text | None, chars: int
+    ) -> Panel:
+        parts: list[RenderableType] = [
+            self._head(analysis.command_lines, layout.commands, chars, layout.compact)
+        ]
         if warning is not None:
             parts.append(warning)
-        parts.extend(_details(rows, chars))
-        if summary is not None:
-            parts.append(Text(summary, style="bold yellow"))
-        parts.extend(self._options(chars))
+        parts.extend(_details(layout.rows, chars))
+        if layout.summary is not None:
+            summary = Text(layout.summary, style="bold yellow")
+            parts.append(_one_row(summary) if layout.compact else summary)
+        parts.extend(self._options(chars, layout.compact))
         title = Text("Permission request", style="bold")
         if self.position is not None and self.position[1] > 1:
             title.append(f"  {self.position[0]} of {self.position[1]}", style="dim")
-        yield Panel(
+        return Panel(
             Group(*parts),
             title=title,
             title_align="left",
@@ -531,32 +606,38 @@ class PermissionCard:
         analysis: _Analysis,
         warning: Text | None,
         budget: int,
-    ) -> tuple[int, list[tuple[_Run, str]], str | None]:
+        compact: bool,
+    ) -> _Layout | None:
         """How many command lines and which detail rows fit in ``budget`` rows.
 
-        The head, at least the first command lines, the warning and the options
-        are always there; then the other command lines, then the details, as far
-        as they fit (each row measured as it will wrap); then the summary line.
+        The head, at least the first command line, the warning and the options
+        come first (``None`` if they do not fit); then the other command lines,
+        then the details, as far as they fit (each row measured as it will
+        wrap); then the summary line.
         """
         commands = analysis.command_lines
         details = analysis.details
         rest: list[RenderableType] = [] if warning is None else [warning]
-        rest.extend(self._options(_LIVE_CHARS))
+        rest.extend(self._options(_LIVE_CHARS, compact))
         rest_height = len(console.render_lines(Group(*rest), inner, pad=False))
         # The first lines of the command, or only the first on a very small screen.
         for shown in (min(len(commands), _COMMAND_HEAD), min(len(commands), 1)):
-            head = self._head(commands, shown, _LIVE_CHARS)
+            head = self._head(commands, shown, _LIVE_CHARS, compact)
             left = budget - rest_height - len(console.render_lines(head, inner, pad=False))
             hidden_total = len(commands) - shown + len(details)
             if hidden_total == 0:
-                return shown, [], None
-            left -= 1  # the summary line, unless everything fits
+                return _Layout(shown, [], None, compact) if left >= 0 else None
+            # The summary, unless everything fits: as tall as its longest wording.
+            longest = _summary(len(commands) + len(details), len(commands))
+            left -= 1 if compact else len(Text(longest).wrap(console, inner.max_width))
             if left >= 0:
                 break
+        else:
+            return None
         command_width = max(1, inner.max_width - 9)  # right of the label column
         while shown < len(commands):
             row = _command_row(shown, commands[shown], _LIVE_CHARS)
-            height = len(row.wrap(console, command_width))
+            height = 1 if compact else len(row.wrap(console, command_width))
             if height > left:
                 break
             left -= height
@@ -575,9 +656,13 @@ class PermissionCard:
                 rows.append((run, line))
         more = len(commands) - shown + len(details) - len(rows)
         if more == 0:
-            return shown, rows, None
-        where = f" ({len(commands) - shown:,} of the command)" if shown < len(commands) else ""
-        return shown, rows, f"… {more:,} more lines{where}: press v to view"
+            return _Layout(shown, rows, None, compact)
+        return _Layout(shown, rows, _summary(more, len(commands) - shown), compact)
+
+
+def _summary(more: int, of_command: int) -> str:
+    where = f" ({of_command:,} of the command)" if of_command else ""
+    return f"… {more:,} more lines{where}: press v to view"
 
 
 def _take(rows: Iterable[tuple[_Run, str]], count: int) -> Iterator[tuple[_Run, str]]:

@@ -8,8 +8,9 @@ text, the permission card, the waiting marker, the prompt) changes in place.
 :class:`LiveScreen` keeps the live part in a Rich ``Live`` region at the
 bottom of a terminal and prints the transcript above it. The region always
 fits the terminal: the card is a live card budgeted to the rows left by the
-marker and the prompt (its head and options always show; ``v`` prints the
-full card into the transcript), and running tool lines give way to the card.
+marker and the prompt, never taller (its head and the options a key can
+choose show whenever the terminal has room for them; ``v`` prints the full
+card into the transcript), and running tool lines give way to the card.
 While :meth:`LiveScreen.run` runs, changes are drawn at most once a frame
 (a new card or a card taken away at once), each frame in one write wrapped in
 a synchronized update (``ESC[?2026h`` … ``ESC[?2026l``: a terminal that knows

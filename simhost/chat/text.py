@@ -13,8 +13,14 @@ One rule decides what is *hidden*: every character that is not printable
 Python's :meth:`str.isprintable`) and every other default-ignorable code point
 (combining grapheme joiner, Hangul fillers, variation selectors, Mongolian
 free variation selectors, the Khmer inherent vowels, the braille blank). A
-hidden character is shown as an escape: ``\\n``, ``\\t``, ``\\r``, ``\\x1b``,
-``\\u202e``, ``\\U000e0041``.
+second rule adds the characters of *uneven width*: those Rich may count wider
+or narrower than the terminal draws them (spacing and enclosing marks, skin
+tone modifiers, regional indicators and a few symbols; see
+:func:`is_uneven`), and every combining mark past the second on one
+character (a "Zalgo" stack drawn over the rows around it). Text after such a
+character would land in another column than Rich planned, and could wrap to
+where an option row starts. A hidden character is shown as an escape:
+``\\n``, ``\\t``, ``\\r``, ``\\x1b``, ``\\u202e``, ``\\u0903``, ``\\U000e0041``.
 
 :func:`escaped` is the one function a card puts every runtime string through:
 one line, nothing kept, escapes in their own style, and at most ``limit``
@@ -27,6 +33,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from collections.abc import Iterator
 from typing import Any, Final
 
@@ -38,6 +45,7 @@ __all__ = [
     "escaped",
     "has_hidden",
     "is_hidden",
+    "is_uneven",
     "one_line",
     "pretty_json",
     "visible",
@@ -59,9 +67,67 @@ _NAMED: Final = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
 _MORE_STYLE: Final = "dim italic"
 
 
+# ------------------------------------------------------- characters of uneven width
+
+
+def _class(codes: list[int]) -> str:
+    """A regular expression character class's body for the sorted code points ``codes``."""
+    parts = []
+    start = 0
+    for index in range(1, len(codes) + 1):
+        if index == len(codes) or codes[index] != codes[index - 1] + 1:
+            first, last = codes[start], codes[index - 1]
+            parts.append(f"\\U{first:08x}" + (f"-\\U{last:08x}" if last > first else ""))
+            start = index
+    return "".join(parts)
+
+
+def _marks() -> tuple[str, str]:
+    """Character classes of the non-spacing marks (Mn) and of the spacing and enclosing ones.
+
+    Every combining mark is below U+20000 but the variation selectors
+    (ignorable, so hidden anyway): 25 ms at import.
+    """
+    nonspacing: list[int] = []
+    spacing: list[int] = []
+    for code in range(0x300, 0x20000):
+        category = unicodedata.category(chr(code))
+        if category == "Mn":
+            nonspacing.append(code)
+        elif category in ("Mc", "Me"):
+            spacing.append(code)
+    return _class(nonspacing), _class(spacing)
+
+
+_NONSPACING_CLASS, _SPACING_CLASS = _marks()
+# Printable characters Rich (15) counts with another width than glibc's wcwidth
+# (what xterm, VTE and pyte draw) or the wcwidth package, besides the spacing and
+# enclosing marks: trigrams, monograms, digrams and tetragrams and counting rods
+# (Rich 2, glibc 1), circled numbers on black squares (1, 2), regional indicators
+# (1, 2 in pairs), emoji skin tone modifiers (0, 2). tests/test_chat_card.py
+# checks every code point against both.
+_UNEVEN_SYMBOLS: Final = (
+    "\u2630-\u2637\u268a-\u268f\u3248-\u324f\U0001d300-\U0001d356\U0001d360-\U0001d376"
+    "\U0001f1e6-\U0001f1ff\U0001f3fb-\U0001f3ff"
+)
+_UNEVEN: Final = re.compile(f"[{_SPACING_CLASS}{_UNEVEN_SYMBOLS}]")
+_NONSPACING: Final = re.compile(f"[{_NONSPACING_CLASS}]")
+MARKS_PER_CHARACTER: Final = 2
+"""Combining marks shown on one character; the ones past these are shown escaped."""
+_STACK: Final = re.compile(f"[{_NONSPACING_CLASS}]{{{MARKS_PER_CHARACTER + 1}}}")
+
+
+def is_uneven(char: str) -> bool:
+    """True if Rich may count the one character ``char`` wider or narrower than a terminal."""
+    return _UNEVEN.match(char) is not None
+
+
+# ---------------------------------------------------------------------------------
+
+
 def is_hidden(char: str) -> bool:
-    """True if the one character ``char`` is shown as an escape."""
-    return not char.isprintable() or _IGNORABLE.match(char) is not None
+    """True if the one character ``char`` is shown as an escape (wherever it stands)."""
+    return not char.isprintable() or _IGNORABLE.match(char) is not None or is_uneven(char)
 
 
 def _code(char: str) -> str:
@@ -79,9 +145,16 @@ def _code(char: str) -> str:
 def _pieces(text: str, keep: str) -> Iterator[tuple[str, bool]]:
     """``text`` cut into runs of shown characters and escapes (``True``)."""
     start = 0
+    marks = 0  # combining marks in a row, up to this character
+    end = -1
     for match in _CANDIDATE.finditer(text):
         char = match.group()
-        if char in keep or not is_hidden(char):
+        if _NONSPACING.match(char) is not None:
+            marks = marks + 1 if match.start() == end else 1
+        else:
+            marks = 0
+        end = match.end()
+        if char in keep or not (marks > MARKS_PER_CHARACTER or is_hidden(char)):
             continue
         if match.start() > start:
             yield text[start : match.start()], False
@@ -132,7 +205,9 @@ def has_hidden(text: str, *, keep: str = "") -> bool:
         text = text.replace(char, "")
     if not text.isprintable():
         return True
-    return not text.isascii() and _IGNORABLE.search(text) is not None
+    return not text.isascii() and any(
+        pattern.search(text) is not None for pattern in (_IGNORABLE, _UNEVEN, _STACK)
+    )
 
 
 def pretty_json(value: Any) -> str:
