@@ -132,6 +132,7 @@ FINDING_1 = [
     ("cat notes.txt", "cat {a,b}.txt"),
     ("cat notes.txt", "cat a.txt # a comment"),
     ("cp a.txt b.txt", "cp evil .git/hooks/pre-commit"),
+    ("cp a.txt b.txt", "cp evil ./.GIT/config"),
     ("ls", "ls * # the glob expands to names such as --hide=x"),
     ("env FOO=1 make", "env FOO=1 rm -rf /"),
     ("xargs echo", "xargs rm -rf"),

@@ -153,7 +153,7 @@ def _is_option(word: str) -> bool:
 
 def _plain(word: str) -> bool:
     """A word that names something in the workspace and expands to nothing else."""
-    parts = PurePosixPath(word).parts
+    parts = [part.lower() for part in PurePosixPath(word).parts]  # `.GIT` on macOS too
     return not (
         word.startswith(("/", "~"))
         or any(c in _NOT_PLAIN for c in word)
