@@ -255,7 +255,7 @@ async def test_allow_always_is_remembered_and_persisted(tmp_path: Path) -> None:
                     "tool": "local_shell.local_shell",
                     "decision": "reject",
                     "scope": ["touch"],
-                    "name": "Always deny `touch …` in this session",
+                    "name": "Always deny `touch …` in this session (no options)",
                 },
             ]
             await editor.send(session, "create a.txt with f")  # still not asked

@@ -369,7 +369,7 @@ async def test_a_shell_command_asks_and_reject_always_is_a_standing_grant(tmp_pa
             assert simhost_meta(editor.last_call(session)) == {
                 "decidedBy": "grant",
                 "decision": "deny",
-                "grant": 'denied by your grant "Always deny `touch …` in this session"',
+                "grant": 'denied by your grant "Always deny `touch …` in this session (no options)"',
             }
             assert statuses(editor.last_call(session)) == ["pending", "failed"]
             assert list(editor.workspace.iterdir()) == []

@@ -1,10 +1,13 @@
-"""Standing grants cover what their option says and no more: a shell command's program and
-subcommand, or one file; compound commands never match one; every "always" option names its
-scope; a call a grant answers is announced with a receipt line that names the grant. Both
-dialects (the bridge through ``test_runtime``'s editor, ACP through ``test_runtime_acp``'s)."""
+"""Standing grants cover what their option says and no more: a shell command's program,
+subcommand and option words (no new option, only plain words), exactly its words for a program
+that runs code, or one file; compound commands and shell fallbacks never match one; every
+"always" option names its scope; a call a grant answers is announced with a receipt line that
+names the grant. Both dialects (the bridge through ``test_runtime``'s editor, ACP through
+``test_runtime_acp``'s)."""
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from collections.abc import Iterator
@@ -46,18 +49,20 @@ def file_tool(tool: str, path: str) -> GrantSubject:
     ("command", "scope"),
     [
         ("ls", ("ls",)),
-        ("ls -la", ("ls",)),
+        ("ls -la", ("ls", "-la")),
+        ("ls -la src -la", ("ls", "-la")),
         ("git status", ("git", "status")),
-        ("git status --short", ("git", "status")),
+        ("git status --short", ("git", "status", "--short")),
+        ("git log -n 5 --format=%h", ("git", "log", "-n", "--format=%h")),
         ("npm test", ("npm", "test")),
         ("npm run test:unit", ("npm", "run")),
         ("cat notes.txt", ("cat",)),
         ("touch c.txt", ("touch",)),
-        ("./build.sh --fast", ("./build.sh",)),
+        ("./build.sh --fast", ("./build.sh", "--fast")),
         ("'git' status", ("git", "status")),
     ],
 )
-def test_a_shell_grant_is_the_program_and_its_subcommand(
+def test_a_shell_grant_is_the_head_and_the_option_words(
     command: str, scope: tuple[str, ...]
 ) -> None:
     assert shell(command).scope == scope
@@ -66,25 +71,144 @@ def test_a_shell_grant_is_the_program_and_its_subcommand(
 @pytest.mark.parametrize(
     ("granted", "command", "covered"),
     [
-        ("ls", "ls -la", True),
         ("ls", "ls", True),
+        ("ls", "ls notes.txt src", True),
+        ("ls", "ls -la", False),  # an option the grant did not have
         ("ls", "rm -rf x", False),  # the issue: `run ls` always-allowed ran `rm` too
         ("ls", "lsblk", False),
         ("ls", "/bin/ls", False),
-        ("git status", "git status --short", True),
+        ("ls -la", "ls -la src", True),
+        ("ls -la", "ls a.txt src", True),
+        ("ls", "ls src", False),  # `src` reads as a subcommand: `ls src …` is another head
+        ("ls -la", "ls -l", False),  # option words are compared whole
+        ("ls -la", "ls -la -R", False),
+        ("ls -la", "ls -la -- -R", False),
+        ("git status", "git status", True),
+        ("git status", "git status --short", False),
+        ("git status --short", "git status --short", True),
         ("git status", "git push --force", False),
         ("git status", "git", False),
+        ("git show HEAD", "git show HEAD~1:src/a.py", True),
         ("npm test", "npm install evil", False),
         ("touch c.txt", "touch d.txt", True),
     ],
 )
-def test_a_shell_grant_covers_later_commands_that_start_with_its_words_only(
+def test_a_shell_grant_covers_the_same_head_with_no_new_option_and_plain_words_only(
     granted: str, command: str, covered: bool
 ) -> None:
     scope = shell(granted).scope
     assert scope is not None
     assert shell(command).covered_by(SHELL, scope) is covered
     assert not file_tool("fs.write", "ls").covered_by(SHELL, scope)
+
+
+# Every case of the hostile review's finding 1: the later command is never covered.
+FINDING_1 = [
+    ("git grep hello", "git grep -O'touch x' -e hello"),
+    ("git grep hello", "git grep -nO'touch x' -e hello"),
+    ("git fetch origin", "git fetch --upload-pack='touch x' ."),
+    ("git diff", "git diff --output=/any/file"),
+    ("git log", "git log --output=/tmp/clobbered -1"),
+    ("git log", "git log --out=/tmp/clobbered -1"),
+    ("git status", "git -c core.fsmonitor='touch x' status"),
+    ("git status", "git --git-dir=/tmp/evil status"),
+    ("sed -n 1p a.txt", "sed -n '1e touch x' a.txt"),
+    ("env LC_ALL=C sort a.txt", "env LC_ALL=C touch x"),
+    ("timeout 5 ls", "timeout 5 touch x"),
+    ("bash build.sh", "bash -c 'rm -rf ~'"),
+    ("bash build.sh", "bash evil.sh"),
+    ("find . -name x", "find / -delete"),
+    ("find . -name x", "find . -name y"),
+    ("python3 test.py", "python3 -c 'import os'"),
+    ("python3 test.py", "python3 evil.py"),
+    ("npm test", "npm test --script-shell=./evil"),
+    ("make test", "make test -f /tmp/evil.mk"),
+    ("make test", "make test CC=evil"),
+    ("cat notes.txt", "cat ~/.ssh/id_rsa"),
+    ("cat notes.txt", "cat /etc/passwd"),
+    ("cat notes.txt", "cat ../outside.txt"),
+    ("cat notes.txt", "cat src/../../outside.txt"),
+    ("cat notes.txt", "cat *"),
+    ("cat notes.txt", "cat {a,b}.txt"),
+    ("cat notes.txt", "cat a.txt # a comment"),
+    ("cp a.txt b.txt", "cp evil .git/hooks/pre-commit"),
+    ("cp a.txt b.txt", "cp evil ./.GIT/config"),
+    ("ls", "ls * # the glob expands to names such as --hide=x"),
+    ("env FOO=1 make", "env FOO=1 rm -rf /"),
+    ("xargs echo", "xargs rm -rf"),
+    ("npm exec prettier", "npm exec evil"),
+]
+
+
+@pytest.mark.parametrize(("granted", "later"), FINDING_1)
+def test_a_narrow_grant_never_covers_a_command_that_runs_or_reaches_more(
+    granted: str, later: str
+) -> None:
+    scope = shell(granted).scope
+    assert scope is not None
+    assert not shell(later).covered_by(SHELL, scope)
+
+
+EXACT_ONLY = [
+    "python3 test.py",
+    "/usr/bin/python3.12 test.py",
+    "bash build.sh",
+    "sh -c true",
+    "env LC_ALL=C sort a.txt",
+    "timeout 5 ls",
+    "nice ls",
+    "xargs echo",
+    "sudo ls",
+    "sed -n 1p a.txt",
+    "awk 1 a.txt",
+    "find . -name x",
+    "make test",
+    "npx prettier",
+    "node x.js",
+    "perl x.pl",
+    "less a.txt",
+    "vim a.txt",
+    "ssh host",
+    "docker ps",
+    "busybox ls",
+    "npm exec prettier",
+    "git -C sub status",
+    "git --no-pager log",
+    "git config user.name me",
+    "git submodule update",
+    "git st",  # an alias may run anything
+    "git grep -O less hello",
+    "git diff --output=out.txt",
+    "git fetch --upload-pack=x origin",
+    "git clone -u x repo",
+    "git rebase -x true main",
+    "cat ~/notes.txt",
+    "cat /etc/hosts",
+    "ls ../up",
+]
+
+
+@pytest.mark.parametrize("command", EXACT_ONLY)
+def test_a_program_that_runs_code_or_a_command_with_a_risky_word_gets_an_exact_grant(
+    command: str,
+) -> None:
+    subject = shell(command)
+    assert subject.scope == subject.words
+    allow = options_for(subject)[1].name
+    assert allow.startswith("Always allow exactly `") and allow.endswith("` in this session")
+    assert subject.covered_by(SHELL, subject.words)
+    assert shell(command + " x").covered_by(SHELL, subject.words) is False
+    assert shell(command + " --x").covered_by(SHELL, subject.words) is False
+
+
+def test_an_old_program_and_subcommand_grant_covers_no_more_than_the_rules_give_it() -> None:
+    """A grant saved before these rules (its scope the program, or program and subcommand)."""
+    assert not shell("python3 evil.py").covered_by(SHELL, ("python3",))
+    assert not shell("sed -n 1p a.txt").covered_by(SHELL, ("sed",))
+    assert shell("python3").covered_by(SHELL, ("python3",))
+    assert shell("git grep hello").covered_by(SHELL, ("git", "grep"))
+    assert not shell("git grep -O less hello").covered_by(SHELL, ("git", "grep"))
+    assert not shell("git grep -n hello").covered_by(SHELL, ("git", "grep"))
 
 
 COMPOUND = [
@@ -121,7 +245,9 @@ def test_a_command_sh_could_split_or_redirect_never_matches_a_grant_and_gets_non
     assert names == ["allow", "deny"]
 
 
-@pytest.mark.parametrize("command", ["FOO=1 ls", "*.sh", "~/bin/x", "-rf", "x" * 100])
+@pytest.mark.parametrize(
+    "command", ["FOO=1 ls", "*.sh", "~/bin/x", "-rf", "x" * 100, "python3 " + "x" * 60]
+)
 def test_a_command_whose_program_cannot_be_named_plainly_is_offered_no_grant(
     command: str,
 ) -> None:
@@ -146,9 +272,24 @@ def test_a_file_grant_is_that_tool_on_that_one_file() -> None:
     ("subject", "allow", "deny"),
     [
         (
-            shell("git status -s"),
-            "Always allow `git status …` in this session",
-            "Always deny `git status …` in this session",
+            shell("git status"),
+            "Always allow `git status …` in this session (no options)",
+            "Always deny `git status …` in this session (no options)",
+        ),
+        (
+            shell("ls -la src"),
+            "Always allow `ls -la …` in this session (no other options)",
+            "Always deny `ls -la …` in this session (no other options)",
+        ),
+        (
+            shell("git log '--format=%h %s' -- a.txt"),
+            "Always allow `git log '--format=%h %s' -- …` in this session (no other options)",
+            "Always deny `git log '--format=%h %s' -- …` in this session (no other options)",
+        ),
+        (
+            shell("python3 'my test.py'"),
+            "Always allow exactly `python3 'my test.py'` in this session",
+            "Always deny exactly `python3 'my test.py'` in this session",
         ),
         (
             file_tool("fs.write", "notes.txt"),
@@ -179,7 +320,7 @@ def test_every_always_option_names_its_scope_on_one_short_line(
     ]
     assert (options[1].name, options[3].name) == (allow, deny)
     for option in options:
-        assert option.name.isprintable() and len(option.name) <= 100
+        assert option.name.isprintable() and len(option.name) <= 120
 
 
 # ------------------------------------------------------------ both dialects
@@ -198,11 +339,11 @@ async def always_allow_ls_then_rm_asks(editor: RuntimeEditor, session: str, send
     await send(session, "run ls", answering("allow-always", seen))
     [first] = seen
     assert [o.name for o in first.options if o.kind == "allow_always"] == [
-        "Always allow `ls …` in this session"
+        "Always allow `ls …` in this session (no options)"
     ]
     # Covered: answered by the grant, without a question, with a receipt naming it.
-    await send(session, "run ls -a")
-    receipt = 'allowed by your grant "Always allow `ls …` in this session"'
+    await send(session, "run ls .")
+    receipt = 'allowed by your grant "Always allow `ls …` in this session (no options)"'
     assert simhost_meta(editor.last_call(session)) == {
         "decidedBy": "grant",
         "decision": "allow",
@@ -215,10 +356,12 @@ async def always_allow_ls_then_rm_asks(editor: RuntimeEditor, session: str, send
     await send(session, "run rm -f x.txt", answering("deny", seen))
     await send(session, "run ls; rm -f x.txt", answering("deny", seen))
     await send(session, "run ls $(rm -f x.txt)", answering("deny", seen))
+    await send(session, "run ls -a", answering("deny", seen))  # a new option
     assert [r.tool_call.raw_input["command"] for r in seen[1:]] == [
         "rm -f x.txt",
         "ls; rm -f x.txt",
         "ls $(rm -f x.txt)",
+        "ls -a",
     ]
     assert [o.option_id for o in seen[2].options] == ["allow", "deny"]
     assert (editor.workspace / "x.txt").read_text() == "keep"
@@ -238,6 +381,110 @@ async def test_acp_always_allow_on_ls_covers_ls_only(tmp_path: Path) -> None:
             await editor.initialize()
             session = await editor.new_session()
             await always_allow_ls_then_rm_asks(editor, session, editor.prompt)
+
+
+async def narrow_grants_ask_for_what_they_do_not_say(
+    editor: RuntimeEditor, session: str, send: Any, outside: Path
+) -> None:
+    workspace = editor.workspace
+    await trio.run_process(["git", "init", "-q", str(workspace)])
+    (workspace / "a.txt").write_text("hello\n")
+    await trio.run_process(["git", "-C", str(workspace), "add", "a.txt"])
+    pwned = outside / "pwned"
+    seen: list[PermissionRequest] = []
+    for granted, later in [
+        ("git grep hello", f"git grep -O'touch {pwned}' -e hello"),
+        ("sed -n 1p a.txt", f"sed -n '1e touch {pwned}' a.txt"),
+        ("env LC_ALL=C sort a.txt", f"env LC_ALL=C touch {pwned}"),
+    ]:
+        await send(session, f"run {granted}", answering("allow-always", seen))
+        asked = len(seen)
+        await send(session, f"run {later}", answering("deny", seen))
+        assert len(seen) == asked + 1, later  # asked, not answered by the grant
+        assert simhost_meta(editor.last_call(session))["decidedBy"] == "editor"
+    assert not pwned.exists()
+    # An exact grant answers the very same command, and says it is exact.
+    await send(session, "run sed -n 1p a.txt")
+    exact = 'allowed by your grant "Always allow exactly `sed -n 1p a.txt` in this session"'
+    assert simhost_meta(editor.last_call(session))["grant"] == exact
+    assert [o.name for o in seen[2].options if o.kind == "allow_always"] == [
+        "Always allow exactly `sed -n 1p a.txt` in this session"
+    ]
+
+
+async def test_bridge_narrow_grants_ask_for_commands_that_run_more(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    with trio.fail_after(BOUND_S):
+        async with test_runtime.open_runtime(tmp_path) as editor:
+            session = await editor.new_session()
+            await narrow_grants_ask_for_what_they_do_not_say(editor, session, editor.send, outside)
+
+
+async def test_acp_narrow_grants_ask_for_commands_that_run_more(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    with trio.fail_after(BOUND_S):
+        async with test_runtime_acp.open_runtime(tmp_path) as editor:
+            await editor.initialize()
+            session = await editor.new_session()
+            await narrow_grants_ask_for_what_they_do_not_say(
+                editor, session, editor.prompt, outside
+            )
+
+
+def saved_session_with_grant(tmp_path: Path, tool: str, scope: list[str]) -> str:
+    """A saved session of workspace ``tmp_path/w`` holding one standing allow grant."""
+    sessions = tmp_path / "state" / "sessions"
+    sessions.mkdir(parents=True)
+    (tmp_path / "w").mkdir()
+    session = {
+        "sessionId": "s-000000000001",
+        "title": "granted",
+        "createdAt": "2025-01-01T00:00:00.000Z",
+        "updatedAt": "2025-01-01T00:00:00.000Z",
+        "format": 2,
+        "scopedGrants": {
+            str((tmp_path / "w").resolve()): [{"tool": tool, "scope": scope, "decision": "allow"}]
+        },
+    }
+    (sessions / "s-000000000001.json").write_text(json.dumps(session))
+    return "s-000000000001"
+
+
+async def a_shell_fallback_is_never_granted(
+    editor: RuntimeEditor, session: str, send: Any, target: Path
+) -> None:
+    seen: list[PermissionRequest] = []
+    # The session has a grant for the fallback's very words, yet the fallback for a
+    # refused read asks, and offers no "always" option.
+    await send(session, f"read {target}", answering("deny", seen))
+    [request] = seen
+    assert request.tool_call.raw_input["command"] == f"cat -- {target}"
+    assert [o.option_id for o in request.options] == ["allow", "deny"]
+    fallback = editor.last_call(session)
+    assert fallback[0]["_meta"]["simhost"]["fallbackFor"]
+    assert simhost_meta(fallback)["decidedBy"] == "editor"
+    # The same words typed as a command are the person's own: the grant answers them.
+    await send(session, f"run cat -- {target}")
+    assert simhost_meta(editor.last_call(session))["decidedBy"] == "grant"
+
+
+@pytest.mark.parametrize("dialect", ["bridge", "acp"])
+async def test_a_shell_fallback_offers_and_takes_no_grant(tmp_path: Path, dialect: str) -> None:
+    target = tmp_path / "secret.txt"
+    target.write_text("secret\n")
+    session = saved_session_with_grant(tmp_path, SHELL, ["cat", "--", str(target)])
+    with trio.fail_after(BOUND_S):
+        if dialect == "bridge":
+            async with test_runtime.open_runtime(tmp_path) as editor:
+                await a_shell_fallback_is_never_granted(editor, session, editor.send, target)
+        else:
+            async with test_runtime_acp.open_runtime(tmp_path) as acp_editor:
+                await acp_editor.initialize()
+                await a_shell_fallback_is_never_granted(
+                    acp_editor, session, acp_editor.prompt, target
+                )
 
 
 async def always_deny_a_file_then_another_asks(
@@ -320,13 +567,15 @@ def test_the_chat_shows_the_scope_on_the_card_and_a_receipt_when_a_grant_answers
 ) -> None:
     chat: test_chat_pty.Chat = chat_in()
     chat.say("run ls")
-    chat.expect(re.escape("Always allow `ls …` in this session"))
+    chat.expect(re.escape("Always allow `ls …` in this session (no options)"))
     chat.expect(test_chat_pty.ARMED)
     chat.child.send("2")
     chat.expect("turn ended")
     chat.expect_prompt()
-    chat.say("run ls -a")
-    chat.expect(re.escape('allowed by your grant "Always allow `ls …` in this session"'))
+    chat.say("run ls .")
+    chat.expect(
+        re.escape('allowed by your grant "Always allow `ls …` in this session (no options)"')
+    )
     chat.expect("turn ended")
     chat.expect_prompt()
     chat.say("run rm -f nothing.txt")  # not covered: a card again

@@ -340,7 +340,7 @@ class Turn:
         )
         if call.refusal is not None:
             return await self._refuse(tool_call_id, entry, call)
-        decision = await self._decide(tool_call_id, call, meta)
+        decision = await self._decide(tool_call_id, call, meta, grantable=fallback_for is None)
         outcome_meta = {"simhost": decision.meta}
         if decision.receipt is not None and decision.allowed:
             await self.say(decision.receipt)  # a denial's own line names the grant
@@ -394,10 +394,19 @@ class Turn:
         await self.say(f"{call.tool} {text}; falling back to the shell (it asks like any command)")
         return await self.run_tool(fallback, fallback_for=tool_call_id)
 
-    async def _decide(self, tool_call_id: str, call: ToolCall, meta: dict[str, Any]) -> _Decision:
+    async def _decide(
+        self, tool_call_id: str, call: ToolCall, meta: dict[str, Any], *, grantable: bool
+    ) -> _Decision:
+        """Decide ``call``; a call that is not ``grantable`` (a shell fallback for a refused
+        file tool, whose words no person typed) is never answered by a standing grant
+        and is offered no "always" option."""
         runtime = self.runtime
         preset = PRESETS.get(self.session.preset_id, PRESETS["ask"])
-        subject = subject_of(call.tool, call.raw_input, call.locations, runtime.config.workspace)
+        subject = (
+            subject_of(call.tool, call.raw_input, call.locations, runtime.config.workspace)
+            if grantable
+            else None
+        )
         grant, grant_receipt = self._standing_grant(subject)
         verdict = evaluate(runtime.config.policy, preset, call.tool, grant, grant_receipt)
         if not isinstance(verdict, Ask):
