@@ -823,7 +823,7 @@ class ChatApp:
             self._spawn(Job("listing sessions", None), self._cmd_sessions, foreground=True)
         elif name in ("/switch", "/peek"):
             if not arg:
-                self._note(f"usage: {name} ID|ID-PREFIX|TITLE", style="red")
+                self._note(f"usage: {name} SESSION (an id, a unique prefix of one, or a title)", style="red")
                 return
             peek = name == "/peek"
             label = f"reading {one_line(arg)}" if peek else f"switching to {one_line(arg)}"
