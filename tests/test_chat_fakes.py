@@ -87,6 +87,8 @@ class FakeRuntime:
         self.grants: list[dict[str, Any]] = [{"tool": "fs.write", "decision": "allow"}]
         """What ``sessionPermissions`` lists."""
         self.stop_reason = "end_turn"
+        self.say_outcome = True
+        """Whether ``ask`` says ``wrote NAME`` / ``denied NAME`` once answered."""
         self._calls = 0
         self._scope = trio.CancelScope()
 
@@ -340,7 +342,8 @@ class FakeRuntime:
                 },
             },
         )
-        await self.say(session_id, f"{'wrote' if allowed else 'denied'} {name}\n")
+        if self.say_outcome:
+            await self.say(session_id, f"{'wrote' if allowed else 'denied'} {name}\n")
 
 
 # ------------------------------------------------------------------- harness
