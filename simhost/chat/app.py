@@ -301,8 +301,10 @@ class ChatApp:
 
     def _card_takes(self, card: Approval, key: Key, read_at: float) -> bool:
         """Whether ``key`` answers ``card``: see the module docstring."""
-        if key.name != "esc" and key != _VIEW_CARD and not (
-            key.name == "char" and key.char in _CARD_KEYS
+        if (
+            key.name != "esc"
+            and key != _VIEW_CARD
+            and not (key.name == "char" and key.char in _CARD_KEYS)
         ):
             return False
         if self.editor.text or self._keyboard_card() is not card:
@@ -823,7 +825,10 @@ class ChatApp:
             self._spawn(Job("listing sessions", None), self._cmd_sessions, foreground=True)
         elif name in ("/switch", "/peek"):
             if not arg:
-                self._note(f"usage: {name} SESSION (an id, a unique prefix of one, or a title)", style="red")
+                self._note(
+                    f"usage: {name} SESSION (an id, a unique prefix of one, or a title)",
+                    style="red",
+                )
                 return
             peek = name == "/peek"
             label = f"reading {one_line(arg)}" if peek else f"switching to {one_line(arg)}"
