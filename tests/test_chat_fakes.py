@@ -57,7 +57,8 @@ class FakeRuntime:
     ``chatSend`` text, words separated by ``;`` for several steps:
 
     * ``say TEXT`` -- an agent_message_chunk (no newline added; ``\\n`` is one);
-    * ``ask NAME`` -- a write of NAME (tool call, permission request, outcome);
+    * ``ask NAME`` -- a write of NAME (tool call, permission request, outcome; ``\\n``
+      in NAME is a line break);
     * ``ask2`` -- one request with a two-file diff;
     * ``unannounced NAME`` -- ask, without a ``tool_call`` update first;
     * ``gate`` -- wait until the test sets :attr:`gate`;
@@ -79,6 +80,15 @@ class FakeRuntime:
         self.withdraw = trio.Event()
         self.next_ids: list[str] = []
         """Ids for the next new sessions (then ``s-N``)."""
+        self.stuck: set[str] = set()
+        """Methods that are never answered."""
+        self.refuse: dict[str, RequestError] = {}
+        """Methods answered with this error."""
+        self.grants: list[dict[str, Any]] = [{"tool": "fs.write", "decision": "allow"}]
+        """What ``sessionPermissions`` lists."""
+        self.stop_reason = "end_turn"
+        self.say_outcome = True
+        """Whether ``ask`` says ``wrote NAME`` / ``denied NAME`` once answered."""
         self._calls = 0
         self._scope = trio.CancelScope()
 
@@ -116,6 +126,10 @@ class FakeRuntime:
     def _recorded(self, method: str, handler: Callable[[Any], Any]) -> Callable[[Any], Any]:
         async def run(params: Any) -> Any:
             self.requests.append((method, params))
+            if method in self.stuck:
+                await trio.sleep_forever()
+            if method in self.refuse:
+                raise self.refuse[method]
             return await handler(params)
 
         return run
@@ -174,7 +188,7 @@ class FakeRuntime:
                 {"presetId": "ask", "description": "everything but reads asks"},
                 {"presetId": "read-only", "description": "writes and shell denied"},
             ],
-            "grants": [{"tool": "fs.write", "decision": "allow"}],
+            "grants": self.grants,
         }
 
     async def session_set_permission(self, params: Any) -> Any:
@@ -194,7 +208,7 @@ class FakeRuntime:
         except trio.Cancelled:
             self.turns_cancelled.append(session.session_id)
             raise
-        return {"stopReason": "end_turn"}
+        return {"stopReason": self.stop_reason}
 
     async def update(self, session_id: str, update: dict[str, Any]) -> None:
         assert self.client is not None
@@ -219,7 +233,7 @@ class FakeRuntime:
         if verb == "":
             pass
         elif verb == "ask":
-            await self.ask(session_id, arg or "a.txt")
+            await self.ask(session_id, arg.replace("\\n", "\n") or "a.txt")
         elif verb == "unannounced":
             await self.ask(session_id, arg or "a.txt", announce=False)
         elif verb == "ask2":
@@ -227,7 +241,7 @@ class FakeRuntime:
         elif verb == "gate":
             await self.gate.wait()
         elif verb == "withdraw":
-            await self.ask(session_id, arg or "w.txt", withdraw=True)
+            await self.ask(session_id, arg.replace("\\n", "\n") or "w.txt", withdraw=True)
         elif verb == "grant":
             call = self._next_call()
             await self.update(session_id, self._tool_call(call, arg))
@@ -328,7 +342,8 @@ class FakeRuntime:
                 },
             },
         )
-        await self.say(session_id, f"{'wrote' if allowed else 'denied'} {name}\n")
+        if self.say_outcome:
+            await self.say(session_id, f"{'wrote' if allowed else 'denied'} {name}\n")
 
 
 # ------------------------------------------------------------------- harness
@@ -378,11 +393,18 @@ async def settle() -> None:
 
 @asynccontextmanager
 async def running_chat(
-    *, options: ChatOptions | None = None, screen: Callable[[Console], Screen] = PlainScreen
+    *,
+    options: ChatOptions | None = None,
+    screen: Callable[[Console], Screen] = PlainScreen,
+    runtime: FakeRuntime | None = None,
+    wait_ready: bool = True,
 ) -> AsyncIterator[Harness]:
-    """Run a :class:`ChatApp` against a :class:`FakeRuntime`; yields once the prompt is up."""
+    """Run a :class:`ChatApp` against a :class:`FakeRuntime`; yields once the prompt is up.
+
+    With ``wait_ready=False`` it yields at once, while the chat starts.
+    """
     ours, theirs = trio.testing.memory_stream_pair()
-    runtime = FakeRuntime()
+    runtime = runtime or FakeRuntime()
     output = io.StringIO()
     console = Console(file=output, width=120, force_terminal=True, color_system=None)
     telemetry_file = io.StringIO()
@@ -402,8 +424,9 @@ async def running_chat(
                 harness.done.set()
 
             nursery.start_soon(run)
-            with trio.fail_after(5):
-                await app.ready.wait()
+            if wait_ready:
+                with trio.fail_after(5):
+                    await app.ready.wait()
             await settle()
             yield harness
             if not harness.done.is_set():

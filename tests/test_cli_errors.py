@@ -22,6 +22,7 @@ from simhost.run.report import summary
 from simhost.run.runner import RunEvent, ScenarioResult, TurnResult
 
 ROOT = Path(__file__).resolve().parent.parent
+STUCK_AGENT = f"{sys.executable} {ROOT / 'tests' / 'fake_agents' / 'stuck_acp_agent.py'}"
 SCENARIO = str(ROOT / "examples" / "scenarios" / "denial_leaves_workspace_untouched.toml")
 TIMEOUT = 60
 MARKUP = "[/x] [bold]b :smile:"
@@ -81,6 +82,10 @@ USAGE_ERRORS = [
     (["chat", "--policy", "nosuch", "--runtime-cmd", "cat"], "not with --runtime-cmd"),
     (["chat", "--state-dir", "/proc/nope/x"], "cannot use the state folder"),
     (["chat", "--state-dir", "{tmp}/a-file"], "is a file"),
+    (["chat", "--start-timeout", "0"], "--start-timeout 0.0: give a number of seconds above 0"),
+    (["chat", "--start-timeout", "-1"], "give a number of seconds above 0"),
+    (["chat", "--start-timeout", "nan"], "give a number of seconds above 0"),
+    (["chat", "--start-timeout", "inf"], "give a number of seconds above 0"),
     (["runtime", "--dialect", "[/x]"], "unknown dialect '[/x]'"),
     (["runtime", "--policy", "nosuch"], "unknown policy 'nosuch'"),
     (["runtime", "--workspace", "/nonexistent"], "is not a folder"),
@@ -136,6 +141,82 @@ def test_an_agent_that_dies_at_start_is_one_line_and_its_stderr_tail_exit_1(
     assert first.endswith("before the first session was open"), first
     assert rest == (["agent stderr (last lines):", *tail] if tail else [])
     assert _left_running(marker) == []
+
+
+START_FAILURES = [
+    # (--agent, --start-timeout, the one line, the stderr tail after it)
+    (
+        "sh -c 'echo stuck agent: silent >&2; exec sleep 600'",
+        "1",
+        "the agent did not answer initialize within 1 s (see --start-timeout)",
+        ["stuck agent: silent"],
+    ),
+    (
+        f"{STUCK_AGENT} no-session",
+        "5",
+        "the agent did not answer the request for a first session within 5 s (see --start-timeout)",
+        ["stuck agent: no-session"],
+    ),
+    (
+        f"{STUCK_AGENT} error",
+        "30",
+        r"the agent answered initialize with an error [-32603] no model\nsimhost chat: all is well",
+        ["stuck agent: error"],
+    ),
+    # cat echoes the request: permclient answers it -32601, which cat echoes back.
+    (
+        "cat",
+        "30",
+        "the agent answered initialize with an error [-32601] method not found: initialize",
+        [],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("agent", "timeout", "says", "tail"),
+    START_FAILURES,
+    ids=["never answers", "opens no session", "error", "cat"],
+)
+def test_a_start_that_fails_or_takes_too_long_is_one_line_and_the_stderr_tail_exit_1(
+    tmp_path: Path, agent: str, timeout: str, says: str, tail: list[str]
+) -> None:
+    # stdin is /dev/null: the end of input does not hold the start up, nor end it early.
+    result, marker = simhost(tmp_path, "chat", "--agent", agent, "--start-timeout", timeout)
+    assert result.returncode == 1, result
+    assert "Traceback" not in result.stdout + result.stderr
+    assert result.stderr.splitlines() == [
+        f"simhost chat: {says}",
+        *(["agent stderr (last lines):", *tail] if tail else []),
+    ]
+    assert "error" not in result.stdout and "starting the agent" not in result.stdout
+    assert _left_running(marker) == []
+
+
+def test_ctrl_c_while_the_agent_starts_is_exit_130_without_a_traceback(tmp_path: Path) -> None:
+    # The agent sends SIGINT to the chat once asked to initialize, and never answers.
+    result, marker = simhost(tmp_path, "chat", "--agent", f"{STUCK_AGENT} interrupt")
+    assert result.returncode == 130, result
+    assert result.stderr == ""
+    assert result.stdout.splitlines() == ["bye: the agent is stopped"]
+    assert _left_running(marker) == []
+
+
+def test_ctrl_c_before_the_chat_takes_it_as_an_event_is_exit_130_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import trio
+
+    from simhost.cli import main
+
+    def interrupted(*args: object) -> None:
+        raise BaseExceptionGroup("from a nursery", [KeyboardInterrupt()])
+
+    monkeypatch.setattr(trio, "run", interrupted)
+    with pytest.raises(SystemExit) as exited:
+        main(["chat", "--workspace", str(tmp_path)])
+    assert exited.value.code == 130
+    assert capsys.readouterr().err == "simhost chat: interrupted\n"
 
 
 def test_an_agent_that_cannot_be_started_is_one_line_exit_1(tmp_path: Path) -> None:

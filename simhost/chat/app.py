@@ -72,11 +72,12 @@ from .render import (
 )
 from .screen import Screen, View
 from .terminal import EndOfInput, InputEvent, Interrupt, Line, Terminate
-from .text import visible
+from .text import one_line, visible
 
 __all__ = ["ChatApp", "ChatOptions", "Job"]
 
 DEFAULT_ARM_DELAY_S: Final = 0.5
+DEFAULT_START_TIMEOUT_S: Final = 30.0
 REPEAT_GUARD_S: Final = 1.0
 """Longer than a keyboard's delay before it repeats a held key (0.25-1 s)."""
 _CARD_KEYS: Final = frozenset("0123456789")
@@ -96,12 +97,14 @@ class ChatOptions:
     ``"lines"`` (a pipe: ``3``, ``esc``). ``arm_delay`` is how long a card must
     have been on screen before a key can answer it (seconds; 0 in line mode).
     The key that answered a card, read again within ``repeat_guard`` seconds, is
-    taken for its auto-repeat and answers no other card.
+    taken for its auto-repeat and answers no other card. ``start_timeout`` bounds
+    the start: the answer to ``initialize`` and the first session, in seconds.
     """
 
     input_mode: InputMode = "keys"
     arm_delay: float = DEFAULT_ARM_DELAY_S
     repeat_guard: float = REPEAT_GUARD_S
+    start_timeout: float = DEFAULT_START_TIMEOUT_S
     history_limit: int = 40
 
 
@@ -144,7 +147,7 @@ class ChatApp:
         self.ready = trio.Event()
         """Set once the first session is open and the prompt is up."""
         self.start_failure: str | None = None
-        """Why the peer went away before the chat was ready: told by the caller, with its log."""
+        """Why the chat could not start (one sentence): told by the caller, with the peer's log."""
         self._log_tail = log_tail
         self._registrations = ExitStack()
         self._adopted: set[str] = set()
@@ -174,7 +177,8 @@ class ChatApp:
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                self._spawn(Job("starting the runtime", None), self._start, foreground=True)
+                starting = Job(f"starting the {self.backend.role}", None)
+                self._spawn(starting, self._start, foreground=True)
                 if self.client.process is not None:
                     nursery.start_soon(self._watch_process, self.client.process)
                 nursery.start_soon(self._watch_connection)
@@ -297,8 +301,10 @@ class ChatApp:
 
     def _card_takes(self, card: Approval, key: Key, read_at: float) -> bool:
         """Whether ``key`` answers ``card``: see the module docstring."""
-        if key.name != "esc" and key != _VIEW_CARD and not (
-            key.name == "char" and key.char in _CARD_KEYS
+        if (
+            key.name != "esc"
+            and key != _VIEW_CARD
+            and not (key.name == "char" and key.char in _CARD_KEYS)
         ):
             return False
         if self.editor.text or self._keyboard_card() is not card:
@@ -332,7 +338,7 @@ class ChatApp:
         )
         if stale:
             self._note(
-                f"the card changed before {visible(text)!r} was read: ignored, not an answer",
+                f"the card changed before '{one_line(text)}' was read: ignored, not an answer",
                 style="red",
             )
             return
@@ -347,7 +353,7 @@ class ChatApp:
             else:
                 count = len(card.request.options)
                 self._note(
-                    f"a permission card waits: answer 1-{count} or esc (got {visible(text)!r})",
+                    f"a permission card waits: answer 1-{count} or esc (got '{one_line(text)}')",
                     style="red",
                 )
             return
@@ -409,7 +415,7 @@ class ChatApp:
             line.append_text(option_label(None, option))
         else:
             line.append(f"cancelled ({how})", style="red")
-        line.append(f" · {visible(card.tool_title)} · {self._label(card.session_id)}", style="dim")
+        line.append(f" · {one_line(card.tool_title)} · {self._label(card.session_id)}", style="dim")
         self.screen.print(line)
 
     async def _ask(self, session_id: str, request: PermissionRequest) -> Decision:
@@ -432,7 +438,7 @@ class ChatApp:
         line = Text("⊘ ", style="bold yellow")
         line.append(reason, style="yellow")
         line.append(
-            f" · {visible(approval.tool_title)} · {self._label(approval.session_id)}", style="dim"
+            f" · {one_line(approval.tool_title)} · {self._label(approval.session_id)}", style="dim"
         )
         self.screen.print(line)
 
@@ -540,7 +546,7 @@ class ChatApp:
                 note = "send or clear (Ctrl-U) your line to answer"
             view.marker = waiting_marker(waiting, self.titles, note=note)
         if self.exit_code is None:
-            typed = self.editor.text.replace("\n", "⏎")  # a pasted line break, shown
+            typed = _typed(self.editor.text)
             if self._asking_to_quit:
                 running = len(self.turns)
                 view.prompt = Text(
@@ -560,10 +566,10 @@ class ChatApp:
         if self.current is None:
             return "?"
         title = self.titles.get(self.current)
-        return f"{visible(title)} ({visible(self.current)})" if title else visible(self.current)
+        return session_label(self.current, title) if title else one_line(self.current)
 
     def _prefix(self, session_id: str) -> str:
-        return "" if session_id == self.current else f"[{visible(session_id)}] "
+        return "" if session_id == self.current else f"[{one_line(session_id)}] "
 
     def _agent_line(self, session_id: str, text: str) -> Text:
         line = Text()
@@ -675,12 +681,15 @@ class ChatApp:
         except RequestError as exc:
             failed = True
             self._note(
-                f"{job.label}: the {self.backend.role} answered with an error {exc}", style="red"
+                f"{job.label}: the {self.backend.role} answered with an error {one_line(str(exc))}",
+                style="red",
             )
         except RemoteProtocolError as exc:
             failed = True
             self._note(
-                f"{job.label}: unexpected answer from the {self.backend.role}: {exc}", style="red"
+                f"{job.label}: unexpected answer from the {self.backend.role}: "
+                f"{one_line(str(exc))}",
+                style="red",
             )
         except ConnectionClosed as exc:
             failed = True
@@ -716,9 +725,14 @@ class ChatApp:
 
     def _peer_gone(self, message: str) -> None:
         if self.ready.is_set():
-            self._note(message, style="bold red")
+            self._note(one_line(message), style="bold red")
             self._show_log_tail()
+            self.quit(1)
         else:
+            self._start_failed(f"{message}, before the first session was open")
+
+    def _start_failed(self, message: str) -> None:
+        if self.start_failure is None and self.exit_code is None:
             self.start_failure = message
         self.quit(1)
 
@@ -756,11 +770,32 @@ class ChatApp:
         )
 
     async def _start(self) -> None:
-        self.init = await self.backend.start()
-        pid = self.client.process.pid if self.client.process is not None else None
-        self.screen.print(banner(self.init, pid=pid, role=self.backend.role))
-        await self._new_session(None)
-        self.ready.set()
+        """``initialize`` and a first session, within ``start_timeout``.
+
+        Any way it fails is a start failure (:attr:`start_failure`, exit code 1),
+        never a transcript note: there is no chat to write it in.
+        """
+        role = self.backend.role
+        timeout = self.options.start_timeout
+        step = "initialize"
+        with trio.move_on_after(timeout):
+            try:
+                self.init = await self.backend.start()
+                pid = self.client.process.pid if self.client.process is not None else None
+                self.screen.print(banner(self.init, pid=pid, role=role))
+                step = "the request for a first session"
+                await self._new_session(None)
+            except RequestError as exc:
+                self._start_failed(f"the {role} answered {step} with an error {exc}")
+                return
+            except RemoteProtocolError as exc:
+                self._start_failed(f"unexpected answer from the {role} to {step}: {exc}")
+                return
+            self.ready.set()
+            return
+        self._start_failed(
+            f"the {role} did not answer {step} within {timeout:g} s (see --start-timeout)"
+        )
 
     async def _new_session(self, title: str | None) -> None:
         session_id, title = await self.backend.new_session(title)
@@ -772,7 +807,7 @@ class ChatApp:
 
     def _submit(self, line: str) -> None:
         text = line.strip()
-        self.screen.print(prompt_line(self._prompt_label(), visible(text), cursor=False))
+        self.screen.print(prompt_line(self._prompt_label(), _typed(text), cursor=False))
         if not text.startswith("/"):
             self._start_turn(text, background=False)
             return
@@ -791,10 +826,13 @@ class ChatApp:
             self._spawn(Job("listing sessions", None), self._cmd_sessions, foreground=True)
         elif name in ("/switch", "/peek"):
             if not arg:
-                self._note(f"usage: {name} ID|ID-PREFIX|TITLE", style="red")
+                self._note(
+                    f"usage: {name} SESSION (an id, a unique prefix of one, or a title)",
+                    style="red",
+                )
                 return
             peek = name == "/peek"
-            label = f"reading {arg}" if peek else f"switching to {arg}"
+            label = f"reading {one_line(arg)}" if peek else f"switching to {one_line(arg)}"
             self._spawn(Job(label, arg), self._cmd_open, arg, peek, foreground=True)
         elif name == "/policy":
             if session_id is not None:
@@ -814,7 +852,7 @@ class ChatApp:
             target = arg or session_id
             turn = self.turns.get(target) if target else None
             if turn is None:
-                self._note(f"no turn runs in {visible(target or '?')}", style="red")
+                self._note(f"no turn runs in {one_line(target or '?')}", style="red")
             else:
                 self._cancel_job(turn)
         elif name == "/wait":
@@ -824,7 +862,7 @@ class ChatApp:
                 foreground=True,
             )
         else:
-            self._note(f"unknown command {visible(name)!r}: /help lists them", style="red")
+            self._note(f"unknown command '{one_line(name)}': /help lists them", style="red")
 
     def _start_turn(self, text: str, *, background: bool) -> None:
         session_id = self.current
@@ -848,7 +886,7 @@ class ChatApp:
         self._end_of_turn(session_id)
         where = f" · {self._label(session_id)}" if background or session_id != self.current else ""
         style = "yellow" if stop_reason == "cancelled" else "dim"
-        self._note(f"⏹ turn ended: {visible(stop_reason)}{where}", style=style)
+        self._note(f"⏹ turn ended: {one_line(stop_reason)}{where}", style=style)
 
     async def _cmd_sessions(self) -> None:
         sessions = await self.backend.list_sessions()
@@ -903,12 +941,12 @@ class ChatApp:
         if not matches:
             return wanted
         listed = ", ".join(
-            visible(row.session_id) + (f" {visible(row.title)!r}" if row.title else "")
+            one_line(row.session_id) + (f" '{one_line(row.title)}'" if row.title else "")
             for row in list(matches.values())[:_MAX_CANDIDATES]
         )
         more = " …" if len(matches) > _MAX_CANDIDATES else ""
         self._note(
-            f"{visible(wanted)!r} names {len(matches)} sessions: {listed}{more}; "
+            f"'{one_line(wanted)}' names {len(matches)} sessions: {listed}{more}; "
             "give more of the id",
             style="red",
         )
@@ -918,7 +956,7 @@ class ChatApp:
         if preset:
             now = await self.backend.set_permission(session_id, preset)
             self._note(
-                f"permission preset of {self._label(session_id)} is now {visible(now)}",
+                f"permission preset of {self._label(session_id)} is now {one_line(now)}",
                 style="green",
             )
             return
@@ -928,3 +966,8 @@ class ChatApp:
     async def _cmd_wait(self) -> None:
         while self.queue.head is None and self.turns:
             await self._changed.wait()
+
+
+def _typed(text: str) -> str:
+    """The prompt line as one line: a pasted line break shown as ``⏎``, the rest escaped."""
+    return one_line(text.replace("\n", "⏎"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import shlex
 from pathlib import Path
 from typing import Annotated
@@ -75,6 +76,15 @@ def chat_command(
             metavar="acp|bridge",
         ),
     ] = None,
+    start_timeout: Annotated[
+        float,
+        typer.Option(
+            "--start-timeout",
+            help="Seconds the agent has to answer initialize and open the first session; "
+            "then the chat gives up with exit code 1.",
+            metavar="SECONDS",
+        ),
+    ] = 30.0,
     runtime_cmd: Annotated[
         str | None,
         typer.Option(
@@ -93,11 +103,13 @@ def chat_command(
     session/cancel); at the prompt it leaves. /help lists the commands. With stdin
     not a terminal, each line is a prompt, a command or a card's answer.
 
-    Exit code: 0 after /quit or the end of input, 1 if the agent could not start,
-    died or broke the connection, 2 for a usage error (nothing is started), 130
-    when interrupted while starting.
+    Exit code: 0 after /quit or the end of input, 1 if the agent could not start
+    (within --start-timeout), died or broke the connection, 2 for a usage error
+    (nothing is started), 130 when interrupted while starting.
     """
     command = "simhost chat"
+    if not (math.isfinite(start_timeout) and start_timeout > 0):
+        raise fail(command, f"--start-timeout {start_timeout}: give a number of seconds above 0")
     if dialect not in (None, "acp", "bridge"):
         raise fail(command, f"unknown dialect {dialect!r}: expected acp or bridge")
     if agent is not None and runtime_cmd is not None:
@@ -128,16 +140,31 @@ def chat_command(
     chosen: DialectName = (
         "acp" if dialect == "acp" or (dialect is None and agent is not None) else "bridge"
     )
-    # Imported here so `simhost runtime` never pays for the chat's modules.
-    from simhost.chat.launch import ChatConfig, run_chat
+    try:
+        # Imported here so `simhost runtime` never pays for the chat's modules.
+        from simhost.chat.launch import ChatConfig, run_chat
 
-    config = ChatConfig(
-        workspace=workspace,
-        policy=policy,
-        state_dir=state_dir,
-        telemetry=telemetry,
-        runtime_cmd=agent,
-        dialect=chosen,
-    )
-    code = trio.run(run_chat, config)
+        config = ChatConfig(
+            workspace=workspace,
+            policy=policy,
+            state_dir=state_dir,
+            telemetry=telemetry,
+            runtime_cmd=agent,
+            dialect=chosen,
+            start_timeout=start_timeout,
+        )
+        code = trio.run(run_chat, config)
+    except BaseException as exc:
+        if not _interrupted(exc):
+            raise
+        # Ctrl-C before the chat takes it as an event (or after): trio has unwound
+        # the run by now, so whatever was started is stopped.
+        raise fail(command, "interrupted", 130) from None
     raise typer.Exit(code)
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """Ctrl-C: a KeyboardInterrupt, alone or in an exception group from a nursery."""
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.subgroup(KeyboardInterrupt) is not None
+    return isinstance(exc, KeyboardInterrupt)

@@ -27,7 +27,7 @@ from rich.text import Text
 import permclient
 from simhost._usage import USAGE, one_line, plain_console
 
-from .app import DEFAULT_ARM_DELAY_S, ChatApp, ChatOptions
+from .app import DEFAULT_ARM_DELAY_S, DEFAULT_START_TIMEOUT_S, ChatApp, ChatOptions
 from .backends import AcpBackend
 from .screen import LiveScreen, PlainScreen, Screen
 from .terminal import InputEvent, forward_signals, raw_keyboard, read_keys, read_lines
@@ -50,6 +50,7 @@ class ChatConfig:
     telemetry: Path | None = None
     runtime_cmd: str | None = None
     dialect: permclient.DialectName = "bridge"
+    start_timeout: float = DEFAULT_START_TIMEOUT_S
 
     def runtime_argv(self) -> list[str]:
         """The runtime's (or agent's) command line.
@@ -111,7 +112,7 @@ class _ScreenLogHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            message = visible(record.getMessage())
+            message = visible(record.getMessage(), keep="")  # one line
             self.screen.print(Text(f"permclient: {message}", style="dim yellow"))
         except Exception:  # pragma: no cover - a log line must never break the chat
             self.handleError(record)
@@ -148,9 +149,11 @@ async def run_chat(
     err_console = err_console or plain_console(stderr=True)
     keyboard = os.isatty(stdin_fd) and console.is_terminal
     options = (
-        ChatOptions(input_mode="keys", arm_delay=DEFAULT_ARM_DELAY_S)
+        ChatOptions(
+            input_mode="keys", arm_delay=DEFAULT_ARM_DELAY_S, start_timeout=config.start_timeout
+        )
         if keyboard
-        else ChatOptions(input_mode="lines", arm_delay=0.0)
+        else ChatOptions(input_mode="lines", arm_delay=0.0, start_timeout=config.start_timeout)
     )
     argv = config.runtime_argv()
     cwd = config.workspace if config.runtime_cmd is not None else None
@@ -175,7 +178,7 @@ async def run_chat(
         stack.callback(log.close)
         app: ChatApp | None = None
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(forward_signals, send)
+            await nursery.start(forward_signals, send)  # Ctrl-C is an event before the spawn
             spawned = False
             try:
                 async with permclient.open_process(
@@ -207,7 +210,7 @@ async def run_chat(
             nursery.cancel_scope.cancel()
         if app is not None and app.start_failure is not None:
             # Told after the child is stopped, so its last words are in the log.
-            _error(err_console, f"{app.start_failure}, before the first session was open")
+            _error(err_console, app.start_failure)
             tail = log.tail().strip()
             if tail:
                 err_console.print(Text(f"{peer} stderr (last lines):", style="bold"))

@@ -97,10 +97,17 @@ class Preset(msgspec.Struct, rename="camel"):
 
 
 class Grant(msgspec.Struct, rename="camel"):
-    """A standing grant (``allow_always`` / ``reject_always`` remembered per tool)."""
+    """A standing grant (``allow_always`` / ``reject_always`` remembered for a scope).
+
+    ``scope``: the command words or the path it covers; ``name``: the option that
+    gave it (``Always allow `git status …` in this session``). A runtime that
+    sends neither has one grant per tool.
+    """
 
     tool: str
     decision: str
+    scope: list[str] = msgspec.field(default_factory=list)
+    name: str = ""
 
 
 class PermissionsResult(msgspec.Struct, rename="camel"):

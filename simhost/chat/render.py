@@ -60,21 +60,23 @@ COMMANDS: Final[Sequence[tuple[str, str]]] = (
     ("/bg TEXT", "send TEXT in the background and keep typing"),
     ("/new [TITLE]", "start a session and make it current"),
     ("/sessions", "list sessions: active flag, running turns, approvals waiting"),
-    ("/switch ID", "make session ID current (loads it; the runtime activates it)"),
-    ("/peek ID", "show session ID's history without activating it"),
+    ("/switch SESSION", "make SESSION current (loads it; the runtime activates it)"),
+    ("/peek SESSION", "show SESSION's history without activating it"),
+    ("", "SESSION: an id, a unique prefix of one, or a title (any case)"),
     ("/policy [PRESET]", "show the current session's permission preset, or set it"),
     ("/cancel [ID]", "cancel the running turn of session ID (default: current)"),
     ("/wait", "wait until a card is up or no turn runs (for scripts)"),
     ("/help", "this help"),
-    ("/quit", "leave (Ctrl-C at the prompt and Ctrl-D on an empty line too)"),
+    ("/quit", "leave; asks first while turns run (Ctrl-C, Ctrl-D on an empty line too)"),
 )
 KEYS: Final[Sequence[tuple[str, str]]] = (
     ("1-9", "on a card: choose that option"),
     ("Esc", "on a card: answer cancelled (a denial)"),
-    ("v", "on a card: print all of it (a long card shows its head and options)"),
+    ("v", "on a card: print the whole card into the transcript (answers nothing)"),
     ("Enter", "on a card: does nothing (there is no default option)"),
-    ("Ctrl-C", "cancel the turn (its open cards are answered cancelled); at the prompt: quit"),
-    ("Ctrl-U", "clear the line"),
+    ("Ctrl-C", "cancel the turn (its open cards are answered cancelled); at the prompt:"),
+    ("", "clear the line, or quit on an empty one"),
+    ("Ctrl-U, Ctrl-W", "clear the line, delete a word"),
 )
 
 
@@ -218,9 +220,15 @@ def permissions_view(session_id: str, title: str | None, result: PermissionsResu
     if not result.presets:
         table.add_row(Text("▶ " + one_line(result.preset_id), style="bold"), Text(""))
     for grant in result.grants:
+        if grant.name:
+            what = grant.name
+        elif grant.scope:
+            what = f"always {grant.decision}: {' '.join(grant.scope)}"
+        else:
+            what = f"always {grant.decision}"
         table.add_row(
             Text(f"  grant: {one_line(grant.tool)}", style="yellow"),
-            Text(f"always {one_line(grant.decision)}", style="yellow"),
+            Text(one_line(what), style="yellow"),
         )
     return table
 

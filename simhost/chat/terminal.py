@@ -194,12 +194,21 @@ def _read(fd: int) -> bytes:
         return b""
 
 
-async def forward_signals(send: trio.MemorySendChannel[InputEvent]) -> None:
-    """Turn SIGINT into :class:`Interrupt` and SIGTERM/SIGHUP into :class:`Terminate`."""
+async def forward_signals(
+    send: trio.MemorySendChannel[InputEvent],
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Turn SIGINT into :class:`Interrupt` and SIGTERM/SIGHUP into :class:`Terminate`.
+
+    Started with ``nursery.start``, it returns once the signals are caught: from
+    then on Ctrl-C is an event, never a ``KeyboardInterrupt``.
+    """
     wanted = [signal.SIGINT, signal.SIGTERM]
     if sys.platform != "win32":
         wanted.append(signal.SIGHUP)
     with trio.open_signal_receiver(*wanted) as signals:
+        task_status.started()
         async for signum in signals:
             if signum == signal.SIGINT:
                 await send.send(Interrupt())
