@@ -1274,13 +1274,99 @@ async def test_owed_answers_are_written_even_when_an_outer_scope_cancels_the_cli
     assert await peer.receive() == {"jsonrpc": "2.0", "id": 0, "result": CANCELLED}
 
 
-async def test_deeply_nested_json_is_a_parse_error_not_a_dead_connection() -> None:
+async def test_deeply_nested_json_is_a_parse_error_for_its_id_not_a_dead_connection() -> None:
     async with connected() as (client, peer):
         deep = b'{"jsonrpc":"2.0","id":1,"method":"m","params":' + b"[" * 5000 + b"]" * 5000 + b"}"
         await peer.send_raw(peer.framer_type.encode(deep))
         reply = await peer.receive()
-        assert reply["id"] is None and reply["error"]["code"] == -32700
+        assert reply["id"] == 1 and reply["error"]["code"] == -32700
         await assert_nothing_more(peer)
+        assert client.closed_reason is None
+
+
+def _too_deep_permission_request(request_id: Any, deep: bytes) -> bytes:
+    # msgspec stops near 1,000 levels; the members around the deep value still read.
+    return (
+        b'{"jsonrpc":"2.0","params":{"sessionId":"s","toolCall":{"toolCallId":"c","rawInput":'
+        + deep
+        + b'},"options":[{"optionId":"allow","name":"Allow","kind":"allow_once"}]},'
+        + b'"id":'
+        + msgspec.json.encode(request_id)
+        + b',"method":"session/request_permission"}'
+    )
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+@pytest.mark.parametrize(
+    "deep",
+    [
+        b"[" * 5000 + b"]" * 5000,
+        b'{"a":' * 3000 + b'"}]\\\"[{"' + b"}" * 3000,  # brackets and escapes in a string
+        b"[" * 2000 + b'"]]]",{"x":"{{"}' + b"]" * 2000,
+    ],
+    ids=["lists", "objects", "strings"],
+)
+async def test_a_permission_request_nested_too_deep_is_answered_cancelled_for_its_id(
+    dialect: str, deep: bytes
+) -> None:
+    async with connected(dialect) as (client, peer):
+        with client.permission_handler("s", allow_handler):
+            for request_id in (7, "seven"):
+                frame = _too_deep_permission_request(request_id, deep)
+                await peer.send_raw(peer.framer_type.encode(frame))
+                assert await peer.receive() == {
+                    "jsonrpc": "2.0",
+                    "id": request_id,
+                    "result": CANCELLED,
+                }
+            await assert_nothing_more(peer)
+        assert client.closed_reason is None
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+async def test_a_response_nested_too_deep_fails_the_request_it_answers(dialect: str) -> None:
+    async with connected(dialect) as (client, peer):
+        async with trio.open_nursery() as nursery:
+            failures: list[RequestError] = []
+
+            async def ask() -> None:
+                with pytest.raises(RequestError) as caught:
+                    await client.request("deep/thing", {})
+                failures.append(caught.value)
+
+            nursery.start_soon(ask)
+            sent = await peer.receive()
+            deep = b"[" * 5000 + b"]" * 5000
+            frame = b'{"jsonrpc":"2.0","id":%d,"result":%s}' % (sent["id"], deep)
+            await peer.send_raw(peer.framer_type.encode(frame))
+        assert [failure.code for failure in failures] == [-32700]
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+@pytest.mark.parametrize("way", ["error message", "error data and message", "result"])
+async def test_an_unencodable_handler_answer_gets_a_fixed_error_and_the_client_lives(
+    dialect: str, way: str
+) -> None:
+    async with connected(dialect) as (client, peer):
+
+        async def handler(params: Any) -> Any:
+            if way == "result":
+                return {"path": "/w/\udcff-missing"}  # e.g. a path that is not UTF-8
+            data = {"path": "\udcff"} if way == "error data and message" else None
+            raise RequestError(-32002, "no such file: /w/\udcff-missing", data)
+
+        with client.on_request("fs/read_text_file", handler):
+            for request_id in range(3):
+                await peer.request("fs/read_text_file", {"path": "/w/link"}, request_id=request_id)
+                assert await peer.receive() == {
+                    "jsonrpc": "2.0",
+                    "id": request_id,
+                    "error": {
+                        "code": -32603,
+                        "message": "internal error: the response could not be encoded",
+                    },
+                }
+            await assert_nothing_more(peer)
         assert client.closed_reason is None
 
 
