@@ -7,6 +7,7 @@ import contextvars
 import fractions
 import io
 import json
+import logging
 import socket
 import tracemalloc
 from collections.abc import AsyncIterator, Iterator
@@ -2018,30 +2019,74 @@ async def test_held_notifications_are_kept_undecoded_so_their_memory_is_their_by
     assert seen == [128 * 1024 + 1] * 4
 
 
-async def test_pending_requests_are_bounded_in_bytes_and_one_is_always_let_in(
+async def test_pending_requests_are_bounded_by_what_they_cost_decoded_even_alone(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from permclient import _client
 
-    monkeypatch.setattr(_client, "_PENDING_BYTES", 10_000)
+    monkeypatch.setattr(_client, "_PENDING_BYTES", 100_000)
     sink = io.StringIO()
     async with connected(telemetry=permclient.JsonlTelemetry(sink)) as (client, peer):
         waiter = Waiter()
         with client.permission_handler("s", waiter):
-            await peer.ask_permission("s", "big", request_id="big", _meta={"pad": "x" * 20_000})
-            await waiter.arrived.wait()  # over the budget alone, but nothing else was pending
-            await peer.ask_permission("s", "small", request_id="refused")
-            assert await peer.receive() == {"jsonrpc": "2.0", "id": "refused", "result": CANCELLED}
+            # 30 KB of JSON that decodes into 10,000 lists: refused though nothing is pending.
+            await peer.ask_permission("s", "bomb", request_id="bomb", _meta={"x": [[]] * 10_000})
+            assert await peer.receive() == {"jsonrpc": "2.0", "id": "bomb", "result": CANCELLED}
+            for n in range(6):  # about 11 KB each once decoded: all six fit
+                await peer.ask_permission("s", f"c{n}", request_id=n, _meta={"pad": "y" * 10_000})
+            await waiter.arrived.wait()
+            await peer.ask_permission("s", "late", request_id="late", _meta={"pad": "z" * 40_000})
+            assert await peer.receive() == {"jsonrpc": "2.0", "id": "late", "result": CANCELLED}
+            assert client._pending_bytes <= 100_000
             waiter.release.set()
-            assert (await peer.receive())["id"] == "big"
-            for n in range(6):  # about 1.2 KB each: eight fit
-                await peer.ask_permission("s", f"c{n}", request_id=n, _meta={"pad": "y" * 1000})
             assert sorted([(await peer.receive())["id"] for _ in range(6)]) == list(range(6))
-    assert len(waiter.seen) == 7
+    assert len(waiter.seen) == 6
     refused = [json.loads(line) for line in sink.getvalue().splitlines()]
     refused = [event for event in refused if event["event"] == "approval.refused"]
-    assert [event["request_id"] for event in refused] == ["refused"]
-    assert "bytes of requests pending" in refused[0]["reason"]
+    assert [event["request_id"] for event in refused] == ["bomb", "late"]
+    assert all("bytes of (decoded) requests pending" in event["reason"] for event in refused)
+
+
+@pytest.mark.parametrize(
+    "meta",
+    [
+        {"x": [[]] * 3000},  # the hostile review's amplifier: 3 bytes of JSON, 64 of list
+        {"x": [{"a": []}] * 1000},
+        {"x": ["\u0100\u0100"] * 2000},  # short non-ASCII strings
+        {"x": [1.5] * 3000},
+        {"x": "a" * 8000 + "\U0001f600"},  # one astral character: 4 bytes a character
+    ],
+    ids=["lists", "dicts", "strings", "floats", "astral"],
+)
+async def test_the_memory_pending_requests_hold_stays_within_their_byte_budget(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, meta: dict[str, Any]
+) -> None:
+    from permclient import _client
+
+    caplog.set_level(logging.ERROR, "permclient")  # no captured records in the measure
+    budget = 1024 * 1024
+    monkeypatch.setattr(_client, "_PENDING_BYTES", budget)
+    async with connected(dialect="acp") as (client, peer):
+        waiter = Waiter()
+        with client.permission_handler("s", waiter):
+            await peer.ask_permission("s", "warm", request_id="warm")
+            await waiter.arrived.wait()
+            tracemalloc.start()
+            try:
+                before = tracemalloc.get_traced_memory()[0]
+                for n in range(200):
+                    await peer.ask_permission("s", f"c{n}", request_id=n, _meta=meta)
+                await trio.testing.wait_all_tasks_blocked()
+                held = tracemalloc.get_traced_memory()[0] - before
+            finally:
+                tracemalloc.stop()
+            pending = client.pending_permissions()
+            assert 1 < pending < 200  # some were let in, the rest refused
+            assert client._pending_bytes <= budget
+            # What they hold (requests, tasks, answers of the refused) is within the budget,
+            # with some 5 KB a request for what is not their params (see pending_memory.py).
+            assert held < budget + 5_000 * pending
+            waiter.release.set()
 
 
 async def test_an_unknown_method_is_not_echoed_back_whole() -> None:
