@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import tracemalloc
 from typing import Any
 
 import msgspec
@@ -22,6 +23,7 @@ from permclient._messages import (
     _envelope_decoder,
     _scan_head,
     encode_error,
+    json_cost,
     encode_notification,
     encode_request,
     encode_result,
@@ -339,3 +341,22 @@ def test_a_frame_that_does_not_scan_keeps_the_null_id() -> None:
     ):
         message = parse_message(broken)
         assert isinstance(message, InvalidMessage) and message.id is None
+
+
+@pytest.mark.parametrize(
+    "item",
+    [b"[]", b"{}", b"[0]", b'{"a":[]}', b"1.5", b"257", b'"ab"', '"\u0100"'.encode(),
+     '"\U0001f600"'.encode(), b'"\\u0100"', b"true", b'{"a":0,"b":0}'],
+)
+def test_json_cost_bounds_what_the_json_takes_decoded(item: bytes) -> None:
+    raw = b"[" + b",".join([item] * 5000) + b"]"
+    mixed = b'["' + b"a" * 50_000 + item.strip(b'"') + b'"]' if item.startswith(b'"') else raw
+    for sample in (raw, mixed):
+        tracemalloc.start()
+        try:
+            value = msgspec.json.decode(sample)
+            taken = tracemalloc.get_traced_memory()[0]
+        finally:
+            tracemalloc.stop()
+        assert value is not None
+        assert taken <= json_cost(sample) <= 4 * taken + 100 * len(sample)
