@@ -241,13 +241,17 @@ def _unreadable(frame: bytes, error: Exception) -> Message:
         except RecursionError:
             too_deep = True
     if too_deep:
-        return _too_deep(repaired, reason)
+        return _too_deep(frame, repaired, reason)
     return InvalidMessage(ErrorCode.PARSE_ERROR, reason)
 
 
-def _too_deep(frame: bytes, reason: str) -> Message:
-    """A frame nested deeper than msgspec goes: its id and method, when a scan finds them."""
+def _too_deep(frame: bytes, repaired: bytes, reason: str) -> Message:
+    """A frame nested deeper than msgspec goes: its id and method, when a scan finds them
+    (in the frame as it is, else in its repaired copy: the repair also replaces the
+    escapes of valid surrogate pairs)."""
     head = _scan_head(frame)
+    if head is None and repaired != frame:
+        head = _scan_head(repaired)
     if head is None:
         return InvalidMessage(ErrorCode.PARSE_ERROR, reason)
     return _not_text(head, reason)

@@ -360,3 +360,11 @@ def test_json_cost_bounds_what_the_json_takes_decoded(item: bytes) -> None:
             tracemalloc.stop()
         assert value is not None
         assert taken <= json_cost(sample) <= 4 * taken + 100 * len(sample)
+
+
+def test_a_too_deep_frame_keeps_an_escaped_surrogate_pair_in_its_method() -> None:
+    deep = b"[" * 5000 + b"]" * 5000
+    frame = b'{"jsonrpc":"2.0","id":3,"method":"\\ud800\\udc00","params":' + deep + b"}"
+    message = parse_message(frame)
+    assert isinstance(message, InvalidMessage)
+    assert (message.id, message.method) == (3, "\U00010000")
