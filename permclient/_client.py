@@ -42,7 +42,9 @@ from ._messages import (
     encode_notification,
     encode_request,
     encode_result,
+    json_cost,
     parse_message,
+    str_cost,
 )
 from ._telemetry import Telemetry
 from ._tracker import ToolCallTracker
@@ -80,8 +82,8 @@ _WRITE_CHUNK: Final = 64 * 1024
 _BACKLOG_LIMIT: Final = 4096
 _BACKLOG_BYTES: Final = 16 * 1024 * 1024
 _HELD_OVERHEAD: Final = 200  # a held notification's own objects
-# Pending inbound requests: their params, methods and ids, in bytes of JSON (one is
-# always let in, up to max_frame_size).
+# Pending inbound requests: what their params, methods and ids take decoded (see
+# json_cost), whatever the handler then keeps aside.
 _PENDING_BYTES: Final = 128 * 1024 * 1024
 _BRIEF: Final = 80
 # Past this many queued bytes the reader stops reading until the writer catches
@@ -154,7 +156,7 @@ class _Held:
         self.method = method
         self.session_id = session_id
         self.params = params
-        self.size = _HELD_OVERHEAD + len(method) + len(params)
+        self.size = _HELD_OVERHEAD + str_cost(method) + str_cost(session_id) + len(params)
 
 
 def _decoded(params: bytes | msgspec.Raw) -> Any:
@@ -951,20 +953,20 @@ class Client:
                 )
             )
             return
-        size = len(message.params) + len(message.method)
+        size = json_cost(bytes(message.params)) + str_cost(message.method)
         if isinstance(message.id, str):
-            size += len(message.id)
+            size += str_cost(message.id)
         if (
             self._closed is not None
             or len(self._inbound) >= self._max_pending
-            or (self._inbound and self._pending_bytes + size > _PENDING_BYTES)
+            or self._pending_bytes + size > _PENDING_BYTES
         ):
             # No handler starts once the connection is closing, nor past the bounds
             # on pending requests: answer at once, failing closed.
             why = self._closed or (
                 f"more than {self._max_pending} requests pending"
                 if len(self._inbound) >= self._max_pending
-                else f"more than {_PENDING_BYTES} bytes of requests pending"
+                else f"more than {_PENDING_BYTES} bytes of (decoded) requests pending"
             )
             log.warning(
                 "refused request %s (%s): %s", _brief(message.id), _brief(message.method), why
@@ -1262,7 +1264,10 @@ class Client:
     def _cancelled_answer(state: _Inbound) -> bytes:
         if state.cancelled_result is _NO_RESULT:
             return encode_error(state.id, ErrorCode.REQUEST_CANCELLED, "request cancelled")
-        return encode_result(state.id, state.cancelled_result)
+        try:  # checked at registration, but a dict may have changed since
+            return encode_result(state.id, state.cancelled_result)
+        except LocalProtocolError as exc:
+            return _unencodable_answer(state.id, exc)
 
     async def _run_request(self, state: _Inbound, handler: RequestHandler, params: Any) -> None:
         try:
@@ -1276,13 +1281,14 @@ class Client:
             try:
                 body = encode_result(state.id, result)
             except LocalProtocolError as exc:
-                log.error("handler result for %r is not encodable: %s", state.id, exc)
-                body = encode_error(state.id, ErrorCode.INTERNAL_ERROR, "result not encodable")
+                body = _unencodable_answer(state.id, exc)
             if self._retire(state):
                 self._queue(body)
         except RequestError as exc:
+            # Encoded before the request is retired: whatever it holds, one answer.
+            body = _encode_request_error(state.id, exc)
             if not state.cancel_called and self._retire(state):
-                self._queue(_encode_request_error(state.id, exc))
+                self._queue(body)
         except BaseException as exc:
             # (A trio.Cancelled is answered as one, by the finally.)
             if (
@@ -1382,10 +1388,25 @@ def _checked_decision(answer: object, offered: tuple[PermissionOption, ...]) -> 
 
 
 def _encode_request_error(request_id: RequestId | None, exc: RequestError) -> bytes:
+    """The error response a handler's RequestError asks for: without its ``data`` when
+    that is not encodable, the fixed internal error when nothing of it is."""
     try:
         return encode_error(request_id, exc.code, exc.message, exc.data)
     except LocalProtocolError:
+        pass
+    try:
         return encode_error(request_id, exc.code, exc.message)
+    except LocalProtocolError as error:
+        return _unencodable_answer(request_id, error)
+
+
+def _unencodable_answer(request_id: RequestId | None, exc: LocalProtocolError) -> bytes:
+    """The answer to a request whose own answer could not be encoded (e.g. a str with
+    a lone surrogate): a fixed error, so that it still gets exactly one."""
+    log.error("the answer to request %s is not encodable: %s", _brief(request_id), exc)
+    return encode_error(
+        request_id, ErrorCode.INTERNAL_ERROR, "internal error: the response could not be encoded"
+    )
 
 
 @asynccontextmanager

@@ -15,7 +15,7 @@ from typing import Any, Final
 
 import msgspec
 
-from ._messages import DECODE_ERRORS
+from ._messages import DECODE_ERRORS, json_cost, str_cost
 from ._wire import ToolCallContent, ToolCallLocation, ToolCallUpdate, decode_raw
 
 log = logging.getLogger("permclient")
@@ -36,7 +36,8 @@ class ToolCallState:
     __slots__ = (
         "_announced",
         "_approvals",
-        "_detail_size",
+        "_content_size",
+        "_locations_size",
         "_size",
         "content",
         "kind",
@@ -62,7 +63,9 @@ class ToolCallState:
         self.raw_output_json: msgspec.Raw = _ABSENT
         self._approvals = 0
         self._announced = False  # seen in a session/update, not only in a permission request
-        self._detail_size = 0  # JSON bytes of content and locations
+        # What content and locations take decoded (json_cost of their JSON).
+        self._content_size = 0
+        self._locations_size = 0
         self._size = 0  # what the tracker counts for it, as of its last fold
 
     @property
@@ -127,9 +130,10 @@ class ToolCallTracker:
     not awaiting approval in one session, the oldest of them are forgotten (those
     awaiting approval are bounded by the client's ``max_pending``); past
     ``max_sessions`` sessions, the oldest session with nothing awaiting approval
-    is. What the states keep (titles, ``rawInput``/``rawOutput``, content and
-    locations, counted as the JSON they came in, plus about 320 bytes a call) is
-    held to ``max_bytes``: past it the oldest tool calls not awaiting approval are
+    is. What the states keep (strings at their size in memory, ``rawInput`` /
+    ``rawOutput`` at their JSON bytes as they stay undecoded, content and locations
+    at what they take decoded as estimated from their JSON, plus about 320 bytes a
+    call) is held to ``max_bytes``: past it the oldest tool calls not awaiting approval are
     forgotten, and when that is not enough the update that went over keeps only
     its status (the details are dropped, with a warning). The settled calls not yet
     forgotten may take up to a quarter more (they go a quarter at a time).
@@ -196,18 +200,20 @@ class ToolCallTracker:
         state = self._state(note.session_id, head.tool_call_id)
         state._announced = True
         self._merge(state, head.title, head.kind, head.status, head.raw_input, head.raw_output)
+        # Counted from the JSON they came in: encoding them to measure would make
+        # CPython keep a UTF-8 copy of every non-ASCII string in them.
         if head.content:
             try:
                 state.content = _content_decoder.decode(head.content)
+                state._content_size = json_cost(bytes(head.content))
             except DECODE_ERRORS as exc:
                 log.debug("tracker: ignoring unreadable tool call content: %s", exc)
         if head.locations:
             try:
                 state.locations = _locations_decoder.decode(head.locations)
+                state._locations_size = json_cost(bytes(head.locations))
             except DECODE_ERRORS as exc:
                 log.debug("tracker: ignoring unreadable tool call locations: %s", exc)
-        if head.content or head.locations:
-            state._detail_size = _detail_size(state)
         self._resize(state)
         return state
 
@@ -229,10 +235,10 @@ class ToolCallTracker:
         )
         if update.content is not None:
             state.content = update.content
+            state._content_size = _encoded_cost(update.content)
         if update.locations is not None:
             state.locations = update.locations
-        if update.content is not None or update.locations is not None:
-            state._detail_size = _detail_size(state)
+            state._locations_size = _encoded_cost(update.locations)
 
     def begin_approval(self, session_id: str, update: ToolCallUpdate) -> None:
         """Fold the request's tool call and mark it awaiting approval."""
@@ -367,7 +373,7 @@ class ToolCallTracker:
             )
             grown.title = grown.kind = grown.content = grown.locations = None
             grown.raw_input_json = grown.raw_output_json = _ABSENT
-            grown._detail_size = 0
+            grown._content_size = grown._locations_size = 0
             self._resize(grown)
 
     def _forget_oldest(self, keep: ToolCallState, target: int) -> None:
@@ -415,24 +421,22 @@ class ToolCallTracker:
             state.status = status  # type: ignore[assignment]
 
 
-def _detail_size(state: ToolCallState) -> int:
-    """JSON bytes of a state's content and locations."""
-    size = 0
-    if state.content is not None:
-        size += len(_encoder.encode(state.content))
-    if state.locations is not None:
-        size += len(_encoder.encode(state.locations))
-    return size
+def _encoded_cost(value: object) -> int:
+    """What typed content or locations take, estimated from their JSON: encoding
+    them gave each non-ASCII string a UTF-8 copy, counted too."""
+    encoded = _encoder.encode(value)
+    return json_cost(encoded) + (0 if encoded.isascii() else len(encoded))
 
 
 def _size(state: ToolCallState) -> int:
     return (
         _STATE_OVERHEAD
-        + len(state.session_id)
-        + len(state.tool_call_id)
-        + len(state.title or "")
-        + len(state.kind or "")
+        + str_cost(state.session_id)
+        + str_cost(state.tool_call_id)
+        + (0 if state.title is None else str_cost(state.title))
+        + (0 if state.kind is None else str_cost(state.kind))
         + len(state.raw_input_json)
         + len(state.raw_output_json)
-        + state._detail_size
+        + state._content_size
+        + state._locations_size
     )

@@ -7,6 +7,7 @@ import contextvars
 import fractions
 import io
 import json
+import logging
 import socket
 import tracemalloc
 from collections.abc import AsyncIterator, Iterator
@@ -1274,13 +1275,99 @@ async def test_owed_answers_are_written_even_when_an_outer_scope_cancels_the_cli
     assert await peer.receive() == {"jsonrpc": "2.0", "id": 0, "result": CANCELLED}
 
 
-async def test_deeply_nested_json_is_a_parse_error_not_a_dead_connection() -> None:
+async def test_deeply_nested_json_is_a_parse_error_for_its_id_not_a_dead_connection() -> None:
     async with connected() as (client, peer):
         deep = b'{"jsonrpc":"2.0","id":1,"method":"m","params":' + b"[" * 5000 + b"]" * 5000 + b"}"
         await peer.send_raw(peer.framer_type.encode(deep))
         reply = await peer.receive()
-        assert reply["id"] is None and reply["error"]["code"] == -32700
+        assert reply["id"] == 1 and reply["error"]["code"] == -32700
         await assert_nothing_more(peer)
+        assert client.closed_reason is None
+
+
+def _too_deep_permission_request(request_id: Any, deep: bytes) -> bytes:
+    # msgspec stops near 1,000 levels; the members around the deep value still read.
+    return (
+        b'{"jsonrpc":"2.0","params":{"sessionId":"s","toolCall":{"toolCallId":"c","rawInput":'
+        + deep
+        + b'},"options":[{"optionId":"allow","name":"Allow","kind":"allow_once"}]},'
+        + b'"id":'
+        + msgspec.json.encode(request_id)
+        + b',"method":"session/request_permission"}'
+    )
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+@pytest.mark.parametrize(
+    "deep",
+    [
+        b"[" * 5000 + b"]" * 5000,
+        b'{"a":' * 3000 + b'"}]\\\"[{"' + b"}" * 3000,  # brackets and escapes in a string
+        b"[" * 2000 + b'"]]]",{"x":"{{"}' + b"]" * 2000,
+    ],
+    ids=["lists", "objects", "strings"],
+)
+async def test_a_permission_request_nested_too_deep_is_answered_cancelled_for_its_id(
+    dialect: str, deep: bytes
+) -> None:
+    async with connected(dialect) as (client, peer):
+        with client.permission_handler("s", allow_handler):
+            for request_id in (7, "seven"):
+                frame = _too_deep_permission_request(request_id, deep)
+                await peer.send_raw(peer.framer_type.encode(frame))
+                assert await peer.receive() == {
+                    "jsonrpc": "2.0",
+                    "id": request_id,
+                    "result": CANCELLED,
+                }
+            await assert_nothing_more(peer)
+        assert client.closed_reason is None
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+async def test_a_response_nested_too_deep_fails_the_request_it_answers(dialect: str) -> None:
+    async with connected(dialect) as (client, peer):
+        async with trio.open_nursery() as nursery:
+            failures: list[RequestError] = []
+
+            async def ask() -> None:
+                with pytest.raises(RequestError) as caught:
+                    await client.request("deep/thing", {})
+                failures.append(caught.value)
+
+            nursery.start_soon(ask)
+            sent = await peer.receive()
+            deep = b"[" * 5000 + b"]" * 5000
+            frame = b'{"jsonrpc":"2.0","id":%d,"result":%s}' % (sent["id"], deep)
+            await peer.send_raw(peer.framer_type.encode(frame))
+        assert [failure.code for failure in failures] == [-32700]
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+@pytest.mark.parametrize("way", ["error message", "error data and message", "result"])
+async def test_an_unencodable_handler_answer_gets_a_fixed_error_and_the_client_lives(
+    dialect: str, way: str
+) -> None:
+    async with connected(dialect) as (client, peer):
+
+        async def handler(params: Any) -> Any:
+            if way == "result":
+                return {"path": "/w/\udcff-missing"}  # e.g. a path that is not UTF-8
+            data = {"path": "\udcff"} if way == "error data and message" else None
+            raise RequestError(-32002, "no such file: /w/\udcff-missing", data)
+
+        with client.on_request("fs/read_text_file", handler):
+            for request_id in range(3):
+                await peer.request("fs/read_text_file", {"path": "/w/link"}, request_id=request_id)
+                assert await peer.receive() == {
+                    "jsonrpc": "2.0",
+                    "id": request_id,
+                    "error": {
+                        "code": -32603,
+                        "message": "internal error: the response could not be encoded",
+                    },
+                }
+            await assert_nothing_more(peer)
         assert client.closed_reason is None
 
 
@@ -1962,30 +2049,74 @@ async def test_held_notifications_are_kept_undecoded_so_their_memory_is_their_by
     assert seen == [128 * 1024 + 1] * 4
 
 
-async def test_pending_requests_are_bounded_in_bytes_and_one_is_always_let_in(
+async def test_pending_requests_are_bounded_by_what_they_cost_decoded_even_alone(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from permclient import _client
 
-    monkeypatch.setattr(_client, "_PENDING_BYTES", 10_000)
+    monkeypatch.setattr(_client, "_PENDING_BYTES", 100_000)
     sink = io.StringIO()
     async with connected(telemetry=permclient.JsonlTelemetry(sink)) as (client, peer):
         waiter = Waiter()
         with client.permission_handler("s", waiter):
-            await peer.ask_permission("s", "big", request_id="big", _meta={"pad": "x" * 20_000})
-            await waiter.arrived.wait()  # over the budget alone, but nothing else was pending
-            await peer.ask_permission("s", "small", request_id="refused")
-            assert await peer.receive() == {"jsonrpc": "2.0", "id": "refused", "result": CANCELLED}
+            # 30 KB of JSON that decodes into 10,000 lists: refused though nothing is pending.
+            await peer.ask_permission("s", "bomb", request_id="bomb", _meta={"x": [[]] * 10_000})
+            assert await peer.receive() == {"jsonrpc": "2.0", "id": "bomb", "result": CANCELLED}
+            for n in range(6):  # about 11 KB each once decoded: all six fit
+                await peer.ask_permission("s", f"c{n}", request_id=n, _meta={"pad": "y" * 10_000})
+            await waiter.arrived.wait()
+            await peer.ask_permission("s", "late", request_id="late", _meta={"pad": "z" * 40_000})
+            assert await peer.receive() == {"jsonrpc": "2.0", "id": "late", "result": CANCELLED}
+            assert client._pending_bytes <= 100_000
             waiter.release.set()
-            assert (await peer.receive())["id"] == "big"
-            for n in range(6):  # about 1.2 KB each: eight fit
-                await peer.ask_permission("s", f"c{n}", request_id=n, _meta={"pad": "y" * 1000})
             assert sorted([(await peer.receive())["id"] for _ in range(6)]) == list(range(6))
-    assert len(waiter.seen) == 7
+    assert len(waiter.seen) == 6
     refused = [json.loads(line) for line in sink.getvalue().splitlines()]
     refused = [event for event in refused if event["event"] == "approval.refused"]
-    assert [event["request_id"] for event in refused] == ["refused"]
-    assert "bytes of requests pending" in refused[0]["reason"]
+    assert [event["request_id"] for event in refused] == ["bomb", "late"]
+    assert all("bytes of (decoded) requests pending" in event["reason"] for event in refused)
+
+
+@pytest.mark.parametrize(
+    "meta",
+    [
+        {"x": [[]] * 3000},  # the hostile review's amplifier: 3 bytes of JSON, 64 of list
+        {"x": [{"a": []}] * 1000},
+        {"x": ["\u0100\u0100"] * 2000},  # short non-ASCII strings
+        {"x": [1.5] * 3000},
+        {"x": "a" * 8000 + "\U0001f600"},  # one astral character: 4 bytes a character
+    ],
+    ids=["lists", "dicts", "strings", "floats", "astral"],
+)
+async def test_the_memory_pending_requests_hold_stays_within_their_byte_budget(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, meta: dict[str, Any]
+) -> None:
+    from permclient import _client
+
+    caplog.set_level(logging.ERROR, "permclient")  # no captured records in the measure
+    budget = 1024 * 1024
+    monkeypatch.setattr(_client, "_PENDING_BYTES", budget)
+    async with connected(dialect="acp") as (client, peer):
+        waiter = Waiter()
+        with client.permission_handler("s", waiter):
+            await peer.ask_permission("s", "warm", request_id="warm")
+            await waiter.arrived.wait()
+            tracemalloc.start()
+            try:
+                before = tracemalloc.get_traced_memory()[0]
+                for n in range(200):
+                    await peer.ask_permission("s", f"c{n}", request_id=n, _meta=meta)
+                await trio.testing.wait_all_tasks_blocked()
+                held = tracemalloc.get_traced_memory()[0] - before
+            finally:
+                tracemalloc.stop()
+            pending = client.pending_permissions()
+            assert 1 < pending < 200  # some were let in, the rest refused
+            assert client._pending_bytes <= budget
+            # What they hold (requests, tasks, answers of the refused) is within the budget,
+            # with some 5 KB a request for what is not their params (see pending_memory.py).
+            assert held < budget + 5_000 * pending
+            waiter.release.set()
 
 
 async def test_an_unknown_method_is_not_echoed_back_whole() -> None:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import tracemalloc
 from typing import Any
 
 import msgspec
 import pytest
-from hypothesis import given
+from msgspec import UNSET
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from permclient import ErrorCode, LocalProtocolError
@@ -18,7 +20,10 @@ from permclient._messages import (
     Notification,
     Request,
     Response,
+    _envelope_decoder,
+    _scan_head,
     encode_error,
+    json_cost,
     encode_notification,
     encode_request,
     encode_result,
@@ -264,3 +269,102 @@ def test_no_byte_that_breaks_utf8_inside_a_request_lets_it_through(data: st.Data
     bad = data.draw(st.sampled_from([b"\x80", b"\xbf", b"\xc2", b"\xf5", b"\xff", b"\xed\xb0\x80"]))
     message = parse_message(frame[:at] + bad + frame[at:])
     assert not isinstance(message, Request | Notification | Response)
+
+
+# ------------------------------------------- the scan that reads a too-deep frame's id
+
+_json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**63 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(alphabet=st.characters(exclude_categories=["Cs"]) | st.sampled_from('"\\[]{},:')),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=4),
+    max_leaves=20,
+)
+_members = st.dictionaries(
+    st.sampled_from(["jsonrpc", "id", "method", "params", "result", "error", "x", "i\u0064"])
+    | st.text(max_size=6),
+    _json_values,
+    max_size=7,
+)
+
+
+def _dump(members: dict[str, Any], ascii_only: bool, spaced: bool) -> bytes:
+    separators = (" , ", " : ") if spaced else (",", ":")
+    return json.dumps(members, ensure_ascii=ascii_only, separators=separators).encode()
+
+
+@given(_members, st.booleans(), st.booleans())
+def test_the_depth_scan_reads_the_id_and_method_msgspec_reads(
+    members: dict[str, Any], ascii_only: bool, spaced: bool
+) -> None:
+    frame = _dump(members, ascii_only, spaced)
+    head = _scan_head(frame)  # never raises
+    try:
+        expected = _envelope_decoder.decode(frame)
+    except msgspec.DecodeError:  # a wrong shape: classified before any scan
+        return
+    assert head is not None
+    assert (head.id, head.method) == (expected.id, expected.method)
+    assert (bool(head.result), bool(head.error)) == (bool(expected.result), bool(expected.error))
+
+
+@given(_members, st.sampled_from(["params", "result", "x"]), st.booleans())
+def test_a_member_nested_too_deep_leaves_the_id_and_method_readable(
+    members: dict[str, Any], deep_key: str, spaced: bool
+) -> None:
+    members.pop(deep_key, None)
+    try:
+        shallow = _envelope_decoder.decode(_dump({**members, deep_key: 0}, True, spaced))
+    except msgspec.DecodeError:
+        assume(False)
+    members[deep_key] = "PLACEHOLDER"
+    level, end = b'[{"k":"]}\\"","v":', b"}]"
+    assert json.loads(level * 3 + b"0" + end * 3)  # valid JSON ...
+    deep = level * 1500 + b"0" + end * 1500  # ... too deep for msgspec
+    frame = _dump(members, True, spaced).replace(b'"PLACEHOLDER"', deep)
+    message = parse_message(frame)
+    if shallow.method is not UNSET or shallow.result:
+        assert isinstance(message, InvalidMessage | ErrorResponse)
+        assert message.id == (None if shallow.id is UNSET else shallow.id)
+    if isinstance(message, InvalidMessage) and shallow.method is not UNSET:
+        assert message.method == shallow.method and message.code == ErrorCode.PARSE_ERROR
+
+
+def test_a_frame_that_does_not_scan_keeps_the_null_id() -> None:
+    for broken in (
+        b'{"id":1,"method":"m","params":' + b"[" * 5000 + b"]" * 4999 + b"}",  # one short
+        b'{"id":1,"method":"m","params":' + b"[" * 5000 + b"]" * 5000 + b"} trailing",
+        b'{"id":1 "method":"m","params":' + b"[" * 5000 + b"]" * 5000 + b"}",
+        b'[{"id":1,"method":"m","params":' + b"[" * 5000 + b"]" * 5000 + b"}]",
+    ):
+        message = parse_message(broken)
+        assert isinstance(message, InvalidMessage) and message.id is None
+
+
+@pytest.mark.parametrize(
+    "item",
+    [b"[]", b"{}", b"[0]", b'{"a":[]}', b"1.5", b"257", b'"ab"', '"\u0100"'.encode(),
+     '"\U0001f600"'.encode(), b'"\\u0100"', b"true", b'{"a":0,"b":0}'],
+)
+def test_json_cost_bounds_what_the_json_takes_decoded(item: bytes) -> None:
+    raw = b"[" + b",".join([item] * 5000) + b"]"
+    mixed = b'["' + b"a" * 50_000 + item.strip(b'"') + b'"]' if item.startswith(b'"') else raw
+    for sample in (raw, mixed):
+        tracemalloc.start()
+        try:
+            value = msgspec.json.decode(sample)
+            taken = tracemalloc.get_traced_memory()[0]
+        finally:
+            tracemalloc.stop()
+        assert value is not None
+        assert taken <= json_cost(sample) <= 4 * taken + 100 * len(sample)
+
+
+def test_a_too_deep_frame_keeps_an_escaped_surrogate_pair_in_its_method() -> None:
+    deep = b"[" * 5000 + b"]" * 5000
+    frame = b'{"jsonrpc":"2.0","id":3,"method":"\\ud800\\udc00","params":' + deep + b"}"
+    message = parse_message(frame)
+    assert isinstance(message, InvalidMessage)
+    assert (message.id, message.method) == (3, "\U00010000")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+import tracemalloc
 from typing import Any
 
 import msgspec
@@ -275,3 +277,52 @@ def test_the_byte_count_is_exact_and_bounded_whatever_happens(
     for sid, cid in asked:
         state = tracker.get(sid, cid)
         assert state is not None and state.awaiting_approval
+
+
+# ------------------------------------------------------ counted as what it costs decoded
+
+
+def _bomb_note(n: int, meta: Any) -> bytes:
+    return _note(
+        "s",
+        "tool_call",
+        toolCallId=f"c{n}",
+        title="x",
+        content=[{"type": "content", "content": {"type": "text", "text": "x", "_meta": meta}}],
+    )
+
+
+@pytest.mark.parametrize(
+    "meta",
+    [{"x": [[]] * 20_000}, {"x": [{"a": []}] * 5_000}, {"x": ["\u0100\u0100"] * 10_000}],
+    ids=["lists", "dicts", "strings"],
+)
+def test_content_that_decodes_into_many_objects_is_held_within_the_budget(meta: Any) -> None:
+    budget = 2 * 1024 * 1024
+    tracker = ToolCallTracker(max_bytes=budget)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for n in range(40):
+            tracker.apply_notification(_bomb_note(n, meta))
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert tracker.held_bytes == _counted(tracker) <= budget * 5 // 4
+    assert held <= budget * 5 // 4
+
+
+def test_astral_text_counts_at_its_size_in_memory_not_in_characters() -> None:
+    tracker = ToolCallTracker()
+    title = "\U0001f600" * 100_000  # 4 bytes a character in memory, 4 in UTF-8
+    state = tracker.apply_notification(_note("s", "tool_call", title=title))
+    assert state is not None
+    assert tracker.held_bytes >= 4 * len(title)
+
+
+def test_typed_content_counts_the_utf8_copy_its_measuring_leaves_behind() -> None:
+    text = "\u6587" * 100_000  # 2 bytes a character, and 3 more once encoded
+    tracker = ToolCallTracker()
+    update = ToolCallUpdate(tool_call_id="c", content=[Diff(path="/p", new_text=text)])
+    tracker.apply_update("s", update)
+    assert tracker.held_bytes >= sys.getsizeof(text)
