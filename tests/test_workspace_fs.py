@@ -83,8 +83,10 @@ random.seed(what)
 
 
 def pause():
-    # Each state lasts a random while (up to 0.2 ms), so the swaps fall anywhere.
-    until = time.perf_counter() + random.random() * 2e-4
+    # Each state lasts a random while (up to 0.2 ms), so the swaps fall anywhere; one
+    # in twenty lasts up to 5 ms, long enough for a whole call to go through.
+    longest = 5e-3 if random.random() < 0.05 else 2e-4
+    until = time.perf_counter() + random.random() * longest
     while time.perf_counter() < until:
         pass
 
