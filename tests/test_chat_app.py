@@ -301,7 +301,9 @@ async def test_keys_before_a_card_was_up_half_a_second_go_to_the_line(
         await chat.press("3")  # the line has text: the card waits for it to be cleared
         assert chat.runtime.answers == [] and chat.app.editor.text == "33"
         assert "Your prompt line has text: clear it (Ctrl-U) to answer this card." in chat.text
-        await chat.press(Key("ctrl_u"), "3")
+        await chat.press(Key("ctrl_u"))
+        await trio.sleep(0.6)  # the emptied line gives the card a fresh half second
+        await chat.press("3")
         assert answers_of(chat.runtime) == [("s-1", "selected", "deny")]
         assert chat.app.editor.text == ""
         chat.app.screen.stop()
@@ -316,7 +318,9 @@ async def test_a_key_read_before_the_card_was_armed_never_answers_it(
         await trio.sleep(0.6)
         await chat.press(Key("char", "1", at=typed_early))
         assert chat.runtime.answers == [] and chat.app.editor.text == "1"
-        await chat.press(Key("ctrl_u"), Key("char", "3", at=trio.current_time()))
+        await chat.press(Key("ctrl_u"))
+        await trio.sleep(0.6)
+        await chat.press(Key("char", "3", at=trio.current_time()))
         assert answers_of(chat.runtime) == [("s-1", "selected", "deny")]
 
 
@@ -374,6 +378,40 @@ async def test_after_an_answer_the_next_card_needs_its_own_half_second(
         await trio.sleep(0.6)
         await chat.press("3")
         assert answers_of(chat.runtime)[-1] == ("s-1", "selected", "deny")
+
+
+@pytest.mark.parametrize("clear", [Key("backspace"), Key("ctrl_u")], ids=["backspace", "ctrl_u"])
+async def test_emptying_the_line_during_a_foreground_turn_gives_the_card_a_fresh_half_second(
+    autojump_clock: trio.abc.Clock, clear: Key
+) -> None:
+    async with running_chat(options=ChatOptions()) as chat:
+        await chat.type_line("ask a.txt")
+        await trio.sleep(5)  # the card has long been armed
+        await chat.press("x", clear)
+        await trio.sleep(0.15)
+        await chat.press("3")  # meant to start "3 more": the line was empty for 0.15 s only
+        assert chat.runtime.answers == []
+        assert chat.app.editor.text == "3"
+        await chat.press(Key("ctrl_u"))
+        await trio.sleep(0.6)
+        await chat.press("3")
+        assert answers_of(chat.runtime) == [("s-1", "selected", "deny")]
+
+
+async def test_characters_read_together_never_answer_a_card(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # A paste without bracketed paste mode (or a burst of typing) arrives in one read.
+    async with running_chat(options=ChatOptions()) as chat:
+        await chat.type_line("ask a.txt")
+        await trio.sleep(5)
+        await chat.press("2 files")
+        assert chat.runtime.answers == []
+        assert chat.app.editor.text == "2 files"
+        await chat.press(Key("ctrl_u"))
+        await trio.sleep(0.6)
+        await chat.press("21")
+        assert chat.runtime.answers == [] and chat.app.editor.text == "21"
 
 
 @pytest.mark.parametrize("repeat_delay", [0.25, 0.5, 0.66, 0.9])

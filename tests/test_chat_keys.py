@@ -182,3 +182,14 @@ def test_enter_on_an_empty_or_blank_line_submits_nothing() -> None:
     editor.handle(Key.of("x"))
     editor.handle(Key("ctrl_u"))
     assert editor.text == ""
+
+
+def test_characters_read_together_are_a_burst_and_one_alone_is_not() -> None:
+    decoder = KeyDecoder()
+    together = decoder.feed(b"2 files")
+    assert "".join(k.char for k in together) == "2 files"
+    assert all(k.burst for k in together)
+    assert [k.burst for k in decoder.feed(b"2")] == [False]
+    typed_then_enter = decoder.feed(b"3\r")
+    assert [(k.name, k.burst) for k in typed_then_enter] == [("char", False), ("enter", False)]
+    assert Key.of("2") == decoder.feed(b"2x")[0]  # a burst key is still that key

@@ -159,6 +159,7 @@ class ChatApp:
         self._shown: Approval | None = None
         self._card_key: tuple[Key, float] | None = None  # the last key a card took, and when
         self._asking_to_quit = False
+        self._line_had_text = False  # the prompt line, as the last sync saw it
         self._changed = trio.Event()
         self._closing = False
         self._nursery: trio.Nursery | None = None
@@ -307,8 +308,8 @@ class ChatApp:
             and not (key.name == "char" and key.char in _CARD_KEYS)
         ):
             return False
-        if self.editor.text or self._keyboard_card() is not card:
-            return False
+        if key.burst or self.editor.text or self._keyboard_card() is not card:
+            return False  # (a burst: read with other characters, typed or pasted text)
         assert card.shown_at is not None
         if read_at < card.shown_at + self.options.arm_delay:
             return False  # read before the card had been on screen long enough
@@ -471,6 +472,9 @@ class ChatApp:
             if self._shown is not None:
                 self._shown.shown_at = None
             self._shown = card
+        elif card is not None and self._line_had_text and not self.editor.text:
+            card.shown_at = None  # the line was just emptied: the card gets a fresh look
+        self._line_had_text = bool(self.editor.text)
         self.screen.refresh(self._view())
         if card is not None and card.shown_at is None:
             # Stamped once the card is drawn: a large card can take a while to draw,

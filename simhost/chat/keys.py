@@ -23,7 +23,7 @@ fast), and its text and line breaks become one paste. A paste longer than
 from __future__ import annotations
 
 import codecs
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Final, Literal, TypeAlias
 
 __all__ = [
@@ -82,6 +82,9 @@ class Key:
     # When the key was read (trio clock; None when unknown): a key read before a card
     # was on screen and armed must not answer it, however late it is handled.
     at: float | None = field(default=None, compare=False)
+    # Read together with other characters (a paste without bracketed paste mode, a
+    # burst of typing): text for the line, never an answer to a card.
+    burst: bool = field(default=False, compare=False)
 
     @classmethod
     def of(cls, char: str) -> Key:
@@ -208,7 +211,8 @@ def _pasted_runs(keys: list[Key]) -> list[Key]:
     """Runs of text and Enter keys from one read, with a line break inside, were pasted.
 
     Such a run becomes one ``paste`` key (its line breaks kept as text). A run
-    that only ends with Enter (``hello`` typed ahead, then Enter) stays typed.
+    that only ends with Enter (``hello`` typed ahead, then Enter) stays typed, its
+    characters marked ``burst`` when there are several (none of them answers a card).
     """
     out: list[Key] = []
     run: list[Key] = []
@@ -221,6 +225,8 @@ def _pasted_runs(keys: list[Key]) -> list[Key]:
                 out.append(Key("paste_too_long"))
             else:
                 out.append(Key("paste", text))
+        elif sum(k.name == "char" for k in run) > 1:
+            out.extend(replace(k, burst=True) if k.name == "char" else k for k in run)
         else:
             out.extend(run)
         run.clear()
