@@ -237,6 +237,7 @@ def test_help_is_plain_text_without_type_noise(tmp_path: Path, command: list[str
     assert "Usage: simhost" in result.stdout
     assert "<bool>" not in result.stdout and "<str>" not in result.stdout
     assert "<path>" not in result.stdout and "<dir>" not in result.stdout
+    assert "<list[" not in result.stdout
     assert "╭" not in result.stdout  # no Rich panels: brackets in help texts stay as written
     if command == ["runtime"]:
         assert "[default: the current folder]" in " ".join(result.stdout.split())

@@ -34,9 +34,11 @@ def run_command(
     scenarios: Annotated[
         list[Path],
         typer.Argument(
-            help="Scenario files (TOML) to run, one after the other.",
+            # Hidden from the Arguments list, where Typer prints its type (<list[Path]>);
+            # the usage line shows it and the docstring says what it is.
             metavar="SCENARIO",
             show_default=False,
+            hidden=True,
         ),
     ],
     agent: Annotated[
@@ -102,6 +104,8 @@ def run_command(
     ] = 60.0,
 ) -> None:
     """Run scripted multi-turn concurrency scenarios against an agent and check them.
+
+    SCENARIO: scenario files (TOML) to run, one after the other.
 
     Each scenario's sessions run at once, each session's turns in order; every
     permission request is answered as the scenario scripts it, and what must hold
