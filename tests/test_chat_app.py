@@ -435,6 +435,21 @@ async def test_a_held_key_answers_one_card_only(
         assert len(chat.runtime.answers) == 2
 
 
+async def test_a_held_esc_cancels_one_card_only(autojump_clock: trio.abc.Clock) -> None:
+    # Esc never lands on the line, so only the repeat guard can tell a held Esc: each
+    # repeat renews it, however long the key is held.
+    async with running_chat(options=ChatOptions()) as chat:
+        await chat.type_line("/bg burst 3")
+        await trio.sleep(0.6)
+        for _ in range(90):  # three seconds at 30 repeats a second
+            await chat.press(ESC)
+            await trio.sleep(1 / 30)
+        assert [outcome for _, outcome, _ in answers_of(chat.runtime)] == ["cancelled"]
+        await trio.sleep(1.1)  # released
+        await chat.press(ESC)
+        assert len(chat.runtime.answers) == 2
+
+
 async def test_ctrl_c_at_the_prompt_with_text_clears_the_line_and_does_nothing_else() -> None:
     async with running_chat() as chat:
         await chat.type_line("/bg hang")

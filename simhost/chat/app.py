@@ -316,7 +316,10 @@ class ChatApp:
         if self._card_key is not None:
             last, last_at = self._card_key
             if key == last and read_at - last_at < self.options.repeat_guard:
-                return False  # the held key that answered the last card, repeating
+                # The held key that answered the last card, repeating: while it is held
+                # (each repeat comes well within the guard), it answers nothing more.
+                self._card_key = (key, read_at)
+                return False
         return True
 
     def _leave(self) -> None:
