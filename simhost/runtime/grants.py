@@ -299,8 +299,8 @@ def _stays_in(workspace: Path, words: tuple[str, ...]) -> bool:
     try:
         root = Path(os.path.realpath(workspace))
         for word in filter(_plain, named):
-            path = workspace / word
-            for target in (path, path.parent):
+            path = os.path.join(workspace, word)  # not Path: it drops `.` and a final `/`
+            for target in (path, os.path.dirname(path)):
                 relative = Path(os.path.realpath(target)).relative_to(root)
                 if ".git" in (part.lower() for part in relative.parts):
                     return False
