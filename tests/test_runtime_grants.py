@@ -199,7 +199,7 @@ FINDING_2 = [
     ("conda env list", "conda env remove"),
     # G8: wrappers, builds and `run`/`exec` subcommands; `@file` and quoted commands
     ("bundle exec rspec", "bundle exec sh x.sh"),
-    ("hyperfine ls", "hyperfine 'rm -rf x'"),
+    ("hyperfine -w 3 ls", "hyperfine -w 3 'rm -rf x'"),
     ("gcc -O2 a.c", "gcc -O2 @opts.txt"),
     ("tmux ls", "tmux ls x"),
     ("pdm run -v test", "pdm run -v evil"),
@@ -633,6 +633,32 @@ async def test_acp_narrow_grants_ask_for_commands_that_run_more(tmp_path: Path) 
             await narrow_grants_ask_for_what_they_do_not_say(
                 editor, session, editor.prompt, outside
             )
+
+
+async def test_a_cat_grant_asks_for_a_link_that_leads_out_of_the_workspace(
+    tmp_path: Path,
+) -> None:
+    """G7 end to end: ``cat notes.txt`` always allowed, then ``cat ./k`` (``k`` a link to a
+    file outside) asks, and its denial keeps the secret out of the transcript."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("the-secret\n")
+    with trio.fail_after(BOUND_S):
+        async with test_runtime.open_runtime(tmp_path) as editor:
+            (editor.workspace / "notes.txt").write_text("notes\n")
+            (editor.workspace / "a.txt").write_text("a\n")
+            (editor.workspace / "k").symlink_to(secret)
+            session = await editor.new_session()
+            seen: list[PermissionRequest] = []
+            await editor.send(session, "run cat notes.txt", answering("allow-always", seen))
+            await editor.send(session, "run cat a.txt")  # inside: the grant answers
+            assert simhost_meta(editor.last_call(session))["decidedBy"] == "grant"
+            await editor.send(session, "run cat ./k", answering("deny", seen))
+            assert [r.tool_call.raw_input["command"] for r in seen] == [
+                "cat notes.txt",
+                "cat ./k",
+            ]
+            assert simhost_meta(editor.last_call(session))["decidedBy"] == "editor"
+            assert not any("the-secret" in text for text in editor.texts(session))
 
 
 def saved_session_with_grant(tmp_path: Path, tool: str, scope: list[str]) -> str:
