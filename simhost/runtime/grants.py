@@ -3,20 +3,24 @@
 Answering ``allow-always`` or ``deny-always`` keeps a standing grant for the
 *scope* of the call, never for the whole tool. For the shell it is one of:
 
-* **the command's head and options** (``ls -la``, ``git grep``): a later
-  command is covered when it has the same program and subcommand, every option
-  word it has (a word starting with ``-``) is one of the granted command's own
-  option words, and each of its other words is a plain name in the workspace:
-  not absolute, not starting with ``~``, no ``..`` or ``.git`` component, none
-  of ``* ? [ ] { } = # %``. The option says so:
-  ``Always allow `ls -la …` in this session (no other options)``.
+* **the command's head and options** (``ls -la``, ``git stash list``): a later
+  command is covered when it has the same head (the program and every
+  subcommand-like word after it), every option word it has (a word starting
+  with ``-``) is one of the granted command's own option words, and each of its
+  other words is a plain name in the workspace: not absolute, not starting with
+  ``~ @ +``, no ``..`` or ``.git`` component, no whitespace, none of
+  ``* ? [ ] { } = # % :``; and, when checked, it resolves (symlinks followed,
+  as does its folder) inside the workspace and outside its ``.git``. The option
+  says so: ``Always allow `ls -la …` in this session (no other options)``.
 * **exactly this command** (``python3 test.py``): for a program that runs
   other programs or code (wrappers, shells, interpreters, ``sed``, ``find``,
-  ``make``, :data:`EXACT_ONLY_PROGRAMS`; ``npm exec`` and the like,
-  :data:`EXACT_ONLY_SUBCOMMANDS`), for ``git`` with options before its
+  ``make``, compilers, archive extractors, test runners,
+  :data:`EXACT_ONLY_PROGRAMS`; ``npm exec`` and the like,
+  :data:`EXACT_ONLY_SUBCOMMANDS`; ``tar`` extracting), for ``git`` with options before its
   subcommand, a subcommand not in :data:`GIT_WORDS_SUBCOMMANDS` or an option
   that runs a program or writes a file (:data:`GIT_RISKY_OPTIONS`), and for a
-  command one of whose other words is not plain. Only the same words match:
+  command one of whose other words is not plain. Only the same words match, and
+  their plain words must still resolve inside the workspace:
   ``Always allow exactly `python3 test.py` in this session``.
 
 A command with anything the shell could turn into another command (operators
