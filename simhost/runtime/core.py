@@ -424,9 +424,10 @@ class Turn:
             return None, ""
         found: GrantDecision | None = None
         text = ""
+        workspace = self.runtime.config.workspace
         for grant in self.session.grants_in(self.runtime.workspace_key):
             scope = tuple(grant.scope)
-            if subject.covered_by(grant.tool, scope) and found != "reject":
+            if subject.covered_by(grant.tool, scope, workspace) and found != "reject":
                 found, text = grant.decision, receipt(grant.decision, grant.tool, scope)
         return found, text
 

@@ -3,20 +3,24 @@
 Answering ``allow-always`` or ``deny-always`` keeps a standing grant for the
 *scope* of the call, never for the whole tool. For the shell it is one of:
 
-* **the command's head and options** (``ls -la``, ``git grep``): a later
-  command is covered when it has the same program and subcommand, every option
-  word it has (a word starting with ``-``) is one of the granted command's own
-  option words, and each of its other words is a plain name in the workspace:
-  not absolute, not starting with ``~``, no ``..`` or ``.git`` component, none
-  of ``* ? [ ] { } = # %``. The option says so:
-  ``Always allow `ls -la …` in this session (no other options)``.
+* **the command's head and options** (``ls -la``, ``git stash list``): a later
+  command is covered when it has the same head (the program and every
+  subcommand-like word after it), every option word it has (a word starting
+  with ``-``) is one of the granted command's own option words, and each of its
+  other words is a plain name in the workspace: not absolute, not starting with
+  ``~ @ +``, no ``..`` or ``.git`` component, no whitespace, none of
+  ``* ? [ ] { } = # % :``; and, when checked, it resolves (symlinks followed,
+  as does its folder) inside the workspace and outside its ``.git``. The option
+  says so: ``Always allow `ls -la …` in this session (no other options)``.
 * **exactly this command** (``python3 test.py``): for a program that runs
   other programs or code (wrappers, shells, interpreters, ``sed``, ``find``,
-  ``make``, :data:`EXACT_ONLY_PROGRAMS`; ``npm exec`` and the like,
-  :data:`EXACT_ONLY_SUBCOMMANDS`), for ``git`` with options before its
+  ``make``, compilers, archive extractors, test runners,
+  :data:`EXACT_ONLY_PROGRAMS`; ``npm exec`` and the like,
+  :data:`EXACT_ONLY_SUBCOMMANDS`; ``tar`` extracting), for ``git`` with options before its
   subcommand, a subcommand not in :data:`GIT_WORDS_SUBCOMMANDS` or an option
   that runs a program or writes a file (:data:`GIT_RISKY_OPTIONS`), and for a
-  command one of whose other words is not plain. Only the same words match:
+  command one of whose other words is not plain. Only the same words match, and
+  their plain words must still resolve inside the workspace:
   ``Always allow exactly `python3 test.py` in this session``.
 
 A command with anything the shell could turn into another command (operators
@@ -37,6 +41,7 @@ covers at most what these rules give it.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from dataclasses import dataclass
@@ -80,6 +85,16 @@ EXACT_ONLY_PROGRAMS: Final = _names(
     " dotnet go osascript pwsh powershell"
     # programs whose words are an expression, a target or a command to run
     " find make gmake cmake socat ssh scp sftp rsync xdg-open open docker podman kubectl"
+    " caffeinate hyperfine faketime prlimit numactl torsocks proxychains proxychains4 tmux"
+    " screen at batch perf nix nix-shell mise direnv bundle tsx ts-node zig cabal stack dune"
+    " bazel bazelisk"
+    # compilers: `@file` and options such as `-wrapper`, `-fplugin=` run a program
+    " gcc g++ cc c++ clang clang++ tcc rustc"
+    # archive extractors: they write any path the archive names (`.git/config` too)
+    " unzip 7z 7za 7zr 7zz unrar unar cpio bsdcpio bsdtar ar pax jar cabextract unsquashfs"
+    # test runners: each file word is imported and run
+    " pytest py.test pytest-3 py.test-3 jest vitest mocha tox nox rspec phpunit ava tap"
+    " jasmine karma nosetests nose2 behave cucumber cucumber-js playwright cypress bats"
     # pagers and editors: they can run a shell
     " vi vim nvim view emacs nano less more most man info"
 )
@@ -95,18 +110,24 @@ EXACT_ONLY_SUBCOMMANDS: Final = frozenset(
         ("pnpm", "dlx"), ("pnpm", "exec"), ("pnpm", "create"),
         ("uv", "run"), ("uv", "tool"), ("poetry", "run"), ("pipenv", "run"),
         ("cargo", "run"), ("cargo", "install"),
+        ("conda", "run"), ("mamba", "run"), ("micromamba", "run"), ("pixi", "run"),
+        ("pixi", "exec"), ("pdm", "run"), ("pdm", "exec"), ("hatch", "run"), ("hatch", "shell"),
+        ("rye", "run"), ("pyenv", "exec"), ("rbenv", "exec"), ("asdf", "exec"),
+        ("volta", "run"), ("flatpak", "run"), ("snap", "run"), ("gh", "extension"),
     }
 )  # fmt: skip
-"""Subcommands that run a program or package named by a later word."""
+"""Subcommands that run a program or package named by a later word. Matched as any later
+word, so options before the subcommand (``npm --prefix x exec evil``) do not hide it."""
 
 GIT_WORDS_SUBCOMMANDS: Final = _names(
     "add blame branch cat-file checkout cherry-pick clean clone commit describe diff fetch"
-    " grep init log ls-files ls-remote ls-tree merge mv pull push rebase reflog remote reset"
+    " grep init log ls-files ls-remote ls-tree merge mv pull push rebase reflog reset"
     " restore revert rev-list rev-parse rm shortlog show show-ref stash status switch tag"
-    " whatchanged worktree"
+    " whatchanged"
 )
 """git subcommands a grant may cover with other words. Any other (``config``,
-``submodule``, ``bisect``, an alias, ...) can run a program: exact grants only."""
+``submodule``, ``bisect``, an alias, ...) can run a program, and ``remote`` and ``worktree``
+rewrite the config or touch folders outside the workspace: exact grants only."""
 
 GIT_RISKY_OPTIONS: Final = _names(
     "--config --config-env --upload-pack --receive-pack --exec --output --output-directory"
@@ -126,10 +147,17 @@ _GIT_RISKY_SHORT: Final = {
 """Their short forms, per subcommand (``clone -u`` is ``--upload-pack``, ``grep -O`` opens a
 pager), also inside a cluster (``-nO…``)."""
 
+_TAR_EXTRACT_OR_RUN: Final = ("--extract", "--get", "--use-compress-program", "--to-command",
+    "--info-script", "--new-volume-script", "--checkpoint-action", "--rsh-command")  # fmt: skip
+"""tar long options that extract (writing any path the archive names) or run a program."""
+_TAR_EXTRACT_OR_RUN_SHORT: Final = "xIF"
+"""Their short forms, also inside a cluster or tar's old dashless first word (``xzf``)."""
+
 _UNSAFE: Final = frozenset(";&|$`()<>\\\n\r")
 """Characters that let ``sh`` run or redirect something other than the words show."""
-_NOT_PLAIN: Final = frozenset("*?[]{}=#%")
-"""In a word other than an option: a glob, a brace, an assignment, a comment, a format."""
+_NOT_PLAIN: Final = frozenset("*?[]{}=#%:")
+"""In a word other than an option: a glob, a brace, an assignment, a comment, a format, or a
+colon (a URL, a remote ``host:path``, a refspec such as ``:main``)."""
 _PROGRAM: Final = re.compile(r"[A-Za-z0-9_./+][A-Za-z0-9_./+-]*")
 _SUBCOMMAND: Final = re.compile(r"[A-Za-z][A-Za-z0-9_:-]*")
 _FILE_ACTIONS: Final = {"fs.write": "edits to", "fs.read": "reading", "fs.delete": "deleting"}
@@ -140,7 +168,7 @@ class _Shape:
     """How a shell command's words are matched: by head and options, or exactly."""
 
     head: tuple[str, ...]
-    """The program, and its subcommand when the second word is one."""
+    """The program, and every subcommand-like word that follows it (``git stash list``)."""
     options: tuple[str, ...]
     """Its option words (starting with ``-``), each once, in order."""
     exact: bool
@@ -155,20 +183,34 @@ def _plain(word: str) -> bool:
     """A word that names something in the workspace and expands to nothing else."""
     parts = [part.lower() for part in PurePosixPath(word).parts]  # `.GIT` on macOS too
     return not (
-        word.startswith(("/", "~"))
-        or any(c in _NOT_PLAIN for c in word)
+        word.startswith(("/", "~", "@", "+"))  # `@file` adds options, `+ref` forces a push
+        or any(c in _NOT_PLAIN or c.isspace() for c in word)  # a space: code, a command
         or ".." in word.split("/")
         or ".git" in parts
     )
 
 
-def _runs_code(program: str, subcommand: str | None) -> bool:
-    name = PurePosixPath(program).name
+def _runs_code(words: tuple[str, ...]) -> bool:
+    name = PurePosixPath(words[0]).name
     return (
         name in EXACT_ONLY_PROGRAMS
         or _VERSIONED.fullmatch(name) is not None
-        or (name, subcommand) in EXACT_ONLY_SUBCOMMANDS
+        or any((name, word) in EXACT_ONLY_SUBCOMMANDS for word in words[1:])
+        or (name == "tar" and _tar_extracts_or_runs(words))
     )
+
+
+def _tar_extracts_or_runs(words: tuple[str, ...]) -> bool:
+    """True for tar extracting (``-x``, ``xzf``, ``--extract``) or with an option that runs a
+    program; long options by any prefix GNU tar accepts (``--ext``)."""
+    for index, word in enumerate(words[1:], 1):
+        if word.startswith("--"):
+            name = word.split("=", 1)[0]
+            if len(name) > 2 and any(long.startswith(name) for long in _TAR_EXTRACT_OR_RUN):
+                return True
+        elif (_is_option(word) or index == 1) and any(c in _TAR_EXTRACT_OR_RUN_SHORT for c in word):
+            return True
+    return False
 
 
 def _git_risky(words: tuple[str, ...]) -> bool:
@@ -190,11 +232,12 @@ def _shape(words: tuple[str, ...]) -> _Shape | None:
     program = words[0]
     if not _PROGRAM.fullmatch(program):
         return None  # `FOO=1 cmd`, a glob, `~/bin/x`: name no program to grant
-    has_subcommand = len(words) > 1 and _SUBCOMMAND.fullmatch(words[1]) is not None
-    head = words[:2] if has_subcommand else words[:1]
-    rest = words[len(head) :]
+    length = 1
+    while length < len(words) and _SUBCOMMAND.fullmatch(words[length]):
+        length += 1
+    head, rest = words[:length], words[length:]
     exact = (
-        _runs_code(program, head[1] if has_subcommand else None)
+        _runs_code(words)
         or (PurePosixPath(program).name == "git" and _git_risky(words))
         or not all(_is_option(word) or _plain(word) for word in rest)
     )
@@ -229,22 +272,45 @@ class GrantSubject:
     scope: tuple[str, ...] | None
     matchable: bool
 
-    def covered_by(self, tool: str, scope: tuple[str, ...]) -> bool:
-        """True if a grant of ``scope`` on ``tool`` covers this call."""
+    def covered_by(self, tool: str, scope: tuple[str, ...], workspace: Path) -> bool:
+        """True if a grant of ``scope`` on ``tool`` covers this call, run in ``workspace``."""
         if not (self.matchable and tool == self.tool and scope):
             return False
         if tool != SHELL:
             return self.words == scope
         granted = _grant_shape(scope)
         if granted is None:
-            return self.words == scope
-        mine = _shape(self.words)
-        return (
-            mine is not None
-            and not mine.exact
-            and mine.head == granted.head
-            and set(mine.options) <= set(granted.options)
-        )
+            matches = self.words == scope
+        else:
+            mine = _shape(self.words)
+            matches = (
+                mine is not None
+                and not mine.exact
+                and mine.head == granted.head
+                and set(mine.options) <= set(granted.options)
+            )
+        return matches and _stays_in(workspace, self.words)
+
+
+def _stays_in(workspace: Path, words: tuple[str, ...]) -> bool:
+    """True if every plain word, and its parent folder, resolves inside ``workspace`` (where
+    the command runs) and outside its ``.git``: a word spelled plainly may still be a symlink
+    that leads out (``rm -rf link/``) or into ``.git``. Resolving reads links only, never
+    opens a file, so it cannot wait on one; an error counts as leaving."""
+    named = [word for word in words[1:] if not _is_option(word)]
+    if "/" in words[0]:
+        named.append(words[0])  # `./build.sh`; a bare program name is looked up on PATH
+    try:
+        root = Path(os.path.realpath(workspace))
+        for word in filter(_plain, named):
+            path = os.path.join(workspace, word)  # not Path: it drops `.` and a final `/`
+            for target in (path, os.path.dirname(path)):
+                relative = Path(os.path.realpath(target)).relative_to(root)
+                if ".git" in (part.lower() for part in relative.parts):
+                    return False
+    except (OSError, RuntimeError, ValueError):  # ValueError: not under the workspace
+        return False
+    return True
 
 
 def _shell_words(command: str) -> tuple[str, ...] | None:
