@@ -14,6 +14,7 @@ from simhost.chat.keys import Key
 from simhost.chat.screen import LiveScreen
 from simhost.chat.terminal import EndOfInput, InputEvent, Interrupt, Line, Terminate, read_lines
 
+from . import test_chat_fakes
 from .test_chat_fakes import answers_of, running_chat, settle
 
 ENTER = Key("enter")
@@ -345,6 +346,8 @@ async def test_typing_see_file_2_while_a_card_opens_answers_nothing(
         await chat.press(Key("ctrl_u"))
         await trio.sleep(0.6)  # a card that comes back is armed anew
         await chat.press("2")
+        await trio.sleep(1)
+        await chat.press(Key("enter"))  # the standing grant, confirmed
         assert answers_of(chat.runtime) == [("s-1", "selected", "allow-always")]
 
 
@@ -742,3 +745,137 @@ async def test_slash_during_a_foreground_turn_types_ahead_and_the_card_stays() -
         assert chat.app.mode == "card" and chat.app.editor.text == "/"
         await chat.press("1")
         assert chat.runtime.answers == []
+
+
+# ------------------------------------------- a standing grant picked by key is confirmed
+
+TWO_OPTIONS = [
+    {"optionId": "allow", "name": "Allow", "kind": "allow_once"},
+    {"optionId": "deny", "name": "Deny", "kind": "reject_once"},
+]
+
+
+@pytest.mark.parametrize("then", ["", "2", "3", "x", "esc", "v"])
+async def test_a_habitual_2_on_a_card_whose_2_always_allows_never_grants(
+    autojump_clock: trio.abc.Clock, monkeypatch: pytest.MonkeyPatch, then: str
+) -> None:
+    """The review's attack: [Allow, Deny] then [Allow, Allow always, …]; 2 on both by habit."""
+    async with running_chat(options=ChatOptions()) as chat:
+        monkeypatch.setattr(test_chat_fakes, "OPTIONS", TWO_OPTIONS)
+        await chat.type_line("ask a.txt; ask b.txt")
+        monkeypatch.undo()  # the next card has the four options again
+        await trio.sleep(0.6)
+        await chat.press("2")  # Deny
+        await trio.sleep(1.2)  # past the repeat guard: a deliberate press
+        await chat.press("2")  # by habit: here it is "Allow always"
+        assert "Confirm: Allow always" in chat.text
+        await trio.sleep(0.3)
+        if then:
+            await chat.press(Key("esc") if then == "esc" else Key.of(then))
+        await trio.sleep(5)
+        assert answers_of(chat.runtime) == [("s-1", "selected", "deny")]
+        assert chat.app.shown is not None  # the second card still asks
+        if then:
+            assert "not confirmed: nothing answered, the card still asks" in chat.text
+
+
+async def test_2_then_enter_grants_always(autojump_clock: trio.abc.Clock) -> None:
+    async with running_chat(options=ChatOptions()) as chat:
+        await chat.type_line("ask a.txt")
+        await trio.sleep(0.6)
+        await chat.press("2")
+        assert chat.runtime.answers == []
+        assert (
+            "Confirm: Allow always (a standing grant)? Enter confirms · any other key goes back"
+            in chat.text
+        )
+        await trio.sleep(0.2)
+        await chat.press(Key("enter"))
+        assert answers_of(chat.runtime) == [("s-1", "selected", "allow-always")]
+
+
+async def test_2_then_another_key_then_enter_does_not_grant(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    async with running_chat(options=ChatOptions()) as chat:
+        await chat.type_line("ask a.txt")
+        await trio.sleep(0.6)
+        await chat.press("2")
+        await trio.sleep(0.2)
+        await chat.press("y")  # goes back, answers nothing, and is not typed
+        await trio.sleep(0.2)
+        await chat.press(Key("enter"))  # Enter on a card does nothing
+        assert chat.runtime.answers == [] and chat.app.editor.text == ""
+        await trio.sleep(2)
+        await chat.press("3")
+        assert answers_of(chat.runtime) == [("s-1", "selected", "deny")]
+
+
+@pytest.mark.parametrize("one_read", ["decoded", "stamped"])
+async def test_an_enter_read_with_the_digit_does_not_confirm(
+    autojump_clock: trio.abc.Clock, one_read: str
+) -> None:
+    async with running_chat(options=ChatOptions()) as chat:
+        await chat.type_line("ask a.txt")
+        await trio.sleep(0.6)
+        if one_read == "decoded":
+            await chat.press("2\r")  # "2" and Enter from one read of the terminal
+        else:
+            read_at = trio.current_time() - 0.1  # handled late, read together
+            await chat.press(Key("char", "2", at=read_at), Key("enter", at=read_at))
+        assert chat.runtime.answers == []
+        assert "read the confirmation first" in chat.text
+        await trio.sleep(0.2)
+        await chat.press(Key("enter"))  # a later Enter is a second look
+        assert answers_of(chat.runtime) == [("s-1", "selected", "allow-always")]
+
+
+async def test_esc_during_the_confirmation_goes_back_and_a_second_esc_cancels(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    async with running_chat(options=ChatOptions()) as chat:
+        await chat.type_line("ask a.txt")
+        await trio.sleep(0.6)
+        await chat.press("2")
+        await trio.sleep(0.2)
+        await chat.press(Key("esc"))
+        assert chat.runtime.answers == []
+        await trio.sleep(0.2)
+        await chat.press(Key("esc"))
+        assert answers_of(chat.runtime) == [("s-1", "cancelled", None)]
+
+
+async def test_the_confirmation_goes_with_a_withdrawn_card(autojump_clock: trio.abc.Clock) -> None:
+    async with running_chat(options=ChatOptions()) as chat:
+        await chat.type_line("withdraw w.txt; ask b.txt")
+        await trio.sleep(0.6)
+        await chat.press("2")
+        chat.runtime.withdraw.set()
+        await settle()
+        assert "withdrawn by the runtime" in chat.text
+        await trio.sleep(0.6)  # the next card is armed
+        await chat.press(Key("enter"))  # confirms nothing: the question went with its card
+        assert answers_of(chat.runtime) == [("s-1", None, None)]
+        await chat.press("2")  # the next card asks for its own confirmation
+        assert answers_of(chat.runtime) == [("s-1", None, None)]
+
+
+async def test_ctrl_c_during_the_confirmation_cancels_the_turn(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    async with running_chat(options=ChatOptions()) as chat:
+        await chat.type_line("ask a.txt")
+        await trio.sleep(0.6)
+        await chat.press("2")
+        await chat.press(Key("ctrl_c"))
+        assert chat.app.shown is None  # the turn and its card are gone
+        await trio.sleep(0.2)
+        await chat.press(Key("enter"))
+        assert all(a.option_id is None for a in chat.runtime.answers)
+
+
+async def test_a_piped_line_picks_always_allow_at_once(autojump_clock: trio.abc.Clock) -> None:
+    async with running_chat(options=ChatOptions(input_mode="lines", arm_delay=0)) as chat:
+        await chat.event(Line("ask a.txt"))
+        await chat.event(Line("2"))
+        assert answers_of(chat.runtime) == [("s-1", "selected", "allow-always")]

@@ -798,6 +798,8 @@ def test_the_chat_shows_the_scope_on_the_card_and_a_receipt_when_a_grant_answers
     chat.expect(re.escape("Always allow `ls …` in this session (no options)"))
     chat.expect(test_chat_pty.ARMED)
     chat.child.send("2")
+    chat.expect(re.escape("Confirm: Always allow `ls …` in this session"))
+    chat.child.send("\r")
     chat.expect("turn ended")
     chat.expect_prompt()
     chat.say("run ls .")

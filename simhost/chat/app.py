@@ -72,7 +72,7 @@ from .render import (
 )
 from .screen import Screen, View
 from .terminal import EndOfInput, InputEvent, Interrupt, Line, Terminate
-from .text import one_line, visible
+from .text import escaped, one_line, visible
 
 __all__ = ["ChatApp", "ChatOptions", "Job"]
 
@@ -81,12 +81,22 @@ DEFAULT_START_TIMEOUT_S: Final = 30.0
 REPEAT_GUARD_S: Final = 1.0
 """Longer than a keyboard's delay before it repeats a held key (0.25-1 s)."""
 _CARD_KEYS: Final = frozenset("0123456789")
+_CONFIRM_CHARS: Final = 120  # of the option's name on the confirmation line
 _MAX_PARTIAL: Final = 4000
 _MAX_CANDIDATES: Final = 5
 _VIEW_CARD: Final = Key("char", "v")
 _TOOL_UPDATES: Final = frozenset({"tool_call", "tool_call_update"})
 
 InputMode = Literal["keys", "lines"]
+
+
+@dataclass(frozen=True)
+class _Confirming:
+    """An ``allow_always`` option picked by key on ``card``: it waits for Enter."""
+
+    card: Approval
+    number: int
+    picked_at: float  # when the digit was read
 
 
 @dataclass
@@ -158,6 +168,7 @@ class ChatApp:
         self._tool_meta: dict[tuple[str, str], dict[str, Any]] = {}
         self._shown: Approval | None = None
         self._card_key: tuple[Key, float] | None = None  # the last key a card took, and when
+        self._confirming: _Confirming | None = None  # an allow_always pick waiting for Enter
         self._asking_to_quit = False
         self._line_had_text = False  # the prompt line, as the last sync saw it
         self._changed = trio.Event()
@@ -261,6 +272,11 @@ class ChatApp:
             else:
                 self._note("not quitting: the turns go on")
             return
+        if self._confirming is not None:
+            if key.name != "ctrl_c":
+                self._on_confirm_key(self._confirming, key, read_at)
+                return
+            self._confirming = None  # Ctrl-C does what it always does, and drops the question
         if key.name == "ctrl_c":
             if self.foreground is None and self.editor.text:
                 self.editor.text = ""  # at the prompt, Ctrl-C clears the line, nothing else
@@ -277,7 +293,13 @@ class ChatApp:
             if key.name == "esc":
                 self._answer(card, Cancelled(), how="Esc")
             else:
-                self._pick(card, int(key.char))
+                number = int(key.char)
+                if self._grants_standing(card, number):
+                    self._confirming = _Confirming(card, number, read_at)
+                    if not self.screen.live:  # a plain screen drew the card once: say it below
+                        self.screen.print(self._card_hint(card))
+                else:
+                    self._pick(card, number)
             return
         # Not for a card: the key belongs to the prompt line.
         if key.name == "esc":
@@ -321,6 +343,37 @@ class ChatApp:
                 self._card_key = (key, read_at)
                 return False
         return True
+
+    @staticmethod
+    def _grants_standing(card: Approval, number: int) -> bool:
+        options = card.request.options
+        return 1 <= number <= len(options) and options[number - 1].kind == "allow_always"
+
+    def _on_confirm_key(self, confirming: _Confirming, key: Key, read_at: float) -> None:
+        """A key while an ``allow_always`` pick waits: Enter confirms it, any other goes back.
+
+        A digit is position, and positions differ between cards: the 2 that denied
+        the last card can be "always allow" on this one. So a standing grant picked
+        by key needs a second, different key, read after the question was drawn.
+        """
+        card = confirming.card
+        if key.name == "enter":
+            if key.burst or read_at <= confirming.picked_at:
+                # Read with the digit ("2" and Enter in one read): not a second look.
+                self._note("read the confirmation first: the next Enter confirms it")
+                return
+            self._confirming = None
+            options = card.request.options
+            self._answer(
+                card,
+                Selected(options[confirming.number - 1].option_id),
+                how=f"{confirming.number}, Enter",
+            )
+            return
+        self._confirming = None
+        if self._card_key is not None and key == self._card_key[0]:
+            self._card_key = (key, read_at)  # a held digit keeps repeating: still its repeat
+        self._note(f"not confirmed: nothing answered, the card still asks ({_key_name(key)})")
 
     def _leave(self) -> None:
         """``/quit`` or Ctrl-D: at a keyboard, ask first while turns run (default no)."""
@@ -471,6 +524,8 @@ class ChatApp:
         for approval in gone:
             self.queue.remove(approval)
         card = self._visible_card()
+        if self._confirming is not None and self._confirming.card is not card:
+            self._confirming = None  # the question belongs to its card and goes with it
         if card is not self._shown:
             if self._shown is not None:
                 self._shown.shown_at = None
@@ -513,6 +568,13 @@ class ChatApp:
             return Text(
                 "Your prompt line has text: clear it (Ctrl-U) to answer this card.", style="bold"
             )
+        if self._confirming is not None and self._confirming.card is card:
+            option = card.request.options[self._confirming.number - 1]
+            hint = Text("Confirm: ", style="bold yellow")
+            hint.append_text(escaped(option.name, "bold yellow", limit=_CONFIRM_CHARS))
+            hint.append(" (a standing grant)? ", style="bold yellow")
+            hint.append("Enter confirms · any other key goes back, answering nothing")
+            return hint
         if self._keyboard_card() is None:
             return Text("… (read the card: keys go to the prompt line for now)", style="dim italic")
         keyed = min(count, KEYED_OPTIONS)  # the hint names only keys that answer
@@ -973,6 +1035,12 @@ class ChatApp:
     async def _cmd_wait(self) -> None:
         while self.queue.head is None and self.turns:
             await self._changed.wait()
+
+
+def _key_name(key: Key) -> str:
+    if key.name == "char":
+        return f"key {one_line(key.char)}"
+    return key.name.replace("_", "-")
 
 
 def _typed(text: str) -> str:
