@@ -28,6 +28,9 @@ Concurrency model:
   withdrawn cannot answer the next one. The key that answered a card, read
   again within ``repeat_guard`` (a second), is its auto-repeat and answers nothing.
   There is no default option.
+* Digits pick by position, which differs between cards: an ``allow_always``
+  option picked by key waits for Enter (read after the digit); any other key
+  goes back, and the question goes with its card.
 """
 
 from __future__ import annotations
