@@ -319,7 +319,9 @@ def test_allow_always_then_a_standing_grant_applies(chat_in: Any) -> None:
     chat.say("create g.txt with 1")
     chat.expect(ARMED)
     chat.child.send("2")  # allow always: a standing grant asks to be confirmed
-    chat.expect("Confirm: Allow always")
+    chat.expect("Confirm: ")
+    chat.expect("Always allow")
+    chat.expect("Enter confirms")
     chat.child.send("\r")
     chat.expect("turn ended")
     chat.expect_prompt()
