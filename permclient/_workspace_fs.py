@@ -42,6 +42,7 @@ __all__ = [
     "read_file",
     "read_head",
     "replace_file",
+    "resolve_links",
 ]
 
 RefusalKind: TypeAlias = Literal["outside", "missing", "changed", "refused", "failed"]
@@ -93,6 +94,20 @@ def escape_non_utf8(text: str | Path) -> str:
     return raw.decode("utf-8", "backslashreplace")
 
 
+def resolve_links(path: Path, shown: str) -> Path:
+    """``path`` with symbolic links followed; ``shown`` names it in a refusal.
+
+    Raises :class:`Refused` (``refused``) for a symbolic link loop or a path no
+    system takes (a NUL, a name too long).
+    """
+    try:
+        return path.resolve()
+    except RuntimeError:  # Python < 3.13 reports a symbolic link loop so
+        raise Refused("refused", f"{shown}: symbolic link loop") from None
+    except (OSError, ValueError) as exc:
+        raise Refused("refused", f"{shown}: {_strerror(exc)}") from None
+
+
 def locate(root: Path, path: Path) -> tuple[str, ...]:
     """The parts of ``path`` below ``root`` once symbolic links are followed.
 
@@ -100,12 +115,7 @@ def locate(root: Path, path: Path) -> tuple[str, ...]:
     ``outside`` when the resolved path is not inside ``root`` (or is ``root``
     itself), ``refused`` for a symbolic link loop or a path no system takes.
     """
-    try:
-        resolved = path.resolve()
-    except RuntimeError:  # Python < 3.13 reports a symbolic link loop so
-        raise Refused("refused", f"{path}: symbolic link loop") from None
-    except (OSError, ValueError) as exc:
-        raise Refused("refused", f"{path}: {_strerror(exc)}") from None
+    resolved = resolve_links(path, str(path))
     if resolved == root or not resolved.is_relative_to(root):
         shown = str(path) if path == resolved else f"{path} (-> {resolved})"
         raise Refused("outside", f"{shown} is outside {root}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shlex
 from pathlib import Path
 from typing import Final
 
@@ -19,7 +20,14 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-__all__ = ["USAGE", "check_writable_file", "fail", "one_line", "plain_console"]
+__all__ = [
+    "USAGE",
+    "check_agent_command",
+    "check_writable_file",
+    "fail",
+    "one_line",
+    "plain_console",
+]
 
 USAGE: Final = 2
 """The exit code of a command line that is wrong."""
@@ -65,3 +73,13 @@ def check_writable_file(path: Path) -> None:
         os.unlink(path)
         return
     os.close(fd)
+
+
+def check_agent_command(command: str, option: str, agent: str) -> None:
+    """Raise the usage error of ``command`` unless ``agent`` splits like a shell into a program."""
+    try:
+        words = shlex.split(agent)
+    except ValueError as exc:
+        raise fail(command, f"{option} {agent!r}: cannot split like a shell: {exc}") from None
+    if not words or not words[0]:
+        raise fail(command, f"{option} {agent!r}: the agent's command is empty")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import shlex
 from pathlib import Path
 from typing import Annotated
 
@@ -11,7 +10,7 @@ import trio
 import typer
 
 from permclient import DialectName
-from simhost._usage import fail
+from simhost._usage import check_agent_command, fail
 
 __all__ = ["chat_command"]
 
@@ -120,12 +119,7 @@ def chat_command(
         agent, dialect = runtime_cmd, "bridge"
     option = "--runtime-cmd" if runtime_cmd is not None else "--agent"
     if agent is not None:
-        try:
-            words = shlex.split(agent)
-        except ValueError as exc:
-            raise fail(command, f"{option} {agent!r}: cannot split like a shell: {exc}") from None
-        if not words or not words[0]:
-            raise fail(command, f"{option} {agent!r}: the agent's command is empty")
+        check_agent_command(command, option, agent)
         if policy is not None:
             # Only the reference runtime takes a policy: an agent has its own settings.
             raise fail(command, f"--policy is for the reference runtime: not with {option}")

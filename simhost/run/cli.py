@@ -9,7 +9,6 @@ when interrupted (Ctrl-C).
 from __future__ import annotations
 
 import gc
-import shlex
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final
@@ -19,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from simhost._usage import check_writable_file, fail, one_line, plain_console
+from simhost._usage import check_agent_command, check_writable_file, fail, one_line, plain_console
 
 if TYPE_CHECKING:
     from simhost.run.runner import RunEvent, ScenarioResult
@@ -122,12 +121,7 @@ def run_command(
     if dialect not in (None, "bridge", "acp"):
         raise fail(command, f"unknown dialect {dialect!r}: expected bridge or acp")
     if agent is not None:
-        try:
-            words = shlex.split(agent)
-        except ValueError as exc:
-            raise fail(command, f"--agent {agent!r}: cannot split like a shell: {exc}") from None
-        if not words or not words[0]:
-            raise fail(command, f"--agent {agent!r}: the agent's command is empty")
+        check_agent_command(command, "--agent", agent)
     if junit is not None and json_path is not None and junit.absolute() == json_path.absolute():
         raise fail(command, f"--junit and --json name the same file {str(junit)!r}")
     for option, report in (("--junit", junit), ("--json", json_path)):

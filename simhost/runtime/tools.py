@@ -45,6 +45,7 @@ from permclient._workspace_fs import (
     read_file,
     read_head,
     replace_file,
+    resolve_links,
 )
 from simhost.runtime.policy import SHELL, ToolName
 from simhost.runtime.wire import (
@@ -144,12 +145,7 @@ def resolve(workspace: Path, path_text: str) -> tuple[Path, Path, bool]:
     except RuntimeError:
         raise Refused("refused", f"{path_text}: no home folder to expand ~ to") from None
     absolute = path if path.is_absolute() else workspace / path
-    try:
-        resolved = absolute.resolve()
-    except RuntimeError:  # Python < 3.13 reports a symbolic link loop so
-        raise Refused("refused", f"{path_text}: symbolic link loop") from None
-    except (OSError, ValueError) as exc:
-        raise Refused("refused", f"{path_text}: {_why(exc)}") from None
+    resolved = resolve_links(absolute, path_text)
     inside = resolved != workspace and resolved.is_relative_to(workspace)
     return absolute, resolved, inside
 
