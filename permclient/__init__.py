@@ -13,7 +13,6 @@ from ._answer import Answer
 from ._client import (
     Client,
     DialectName,
-    InboundNotification,
     NotificationCallback,
     PermissionHandler,
     Registration,
@@ -30,6 +29,7 @@ from ._errors import (
 )
 from ._framing import ContentLengthFramer, NewlineFramer
 from ._messages import ErrorCode
+from ._notifications import InboundNotification
 from ._process import open_process
 from ._telemetry import JsonlTelemetry, Telemetry
 from ._tracker import ToolCallState, ToolCallTracker

@@ -46,6 +46,7 @@ from ._messages import (
     parse_message,
     str_cost,
 )
+from ._notifications import InboundNotification
 from ._telemetry import Telemetry
 from ._tracker import ToolCallTracker
 from ._wire import (
@@ -134,18 +135,6 @@ _DIALECTS: Final[dict[str, _Dialect]] = {
 }
 
 
-class InboundNotification(msgspec.Struct, frozen=True):
-    """A notification from the runtime, as given to notification callbacks.
-
-    ``params`` is the decoded JSON (dicts, lists, str, ...); ``session_id`` is
-    ``params["sessionId"]`` when that is a string, else ``None``.
-    """
-
-    method: str
-    params: Any
-    session_id: str | None
-
-
 class _Held:
     """A notification held for a session with no callback yet: undecoded, as a
     peer's few bytes of JSON can decode into many times as many of objects."""
@@ -157,13 +146,6 @@ class _Held:
         self.session_id = session_id
         self.params = params
         self.size = _HELD_OVERHEAD + str_cost(method) + str_cost(session_id) + len(params)
-
-
-def _decoded(params: bytes | msgspec.Raw) -> Any:
-    try:
-        return _any_decoder.decode(params) if params else None
-    except DECODE_ERRORS:
-        return None
 
 
 def _brief(value: object) -> str:
@@ -627,7 +609,7 @@ class Client:
         for notification in held:
             self._call(
                 callback,
-                InboundNotification(notification.method, _decoded(notification.params), session_id),
+                InboundNotification(notification.method, notification.params, session_id),
             )
         return registration
 
@@ -886,7 +868,7 @@ class Client:
                 # updates may precede session/new's answer.
                 self._hold(_Held(method, session_id, bytes(message.params)))
             return
-        notification = InboundNotification(method, _decoded(message.params), session_id)
+        notification = InboundNotification(method, bytes(message.params), session_id)
         for callback in callbacks or ():
             self._call(callback, notification)
         if session_id is None:
