@@ -10,15 +10,8 @@ every path that is not an explicit choice of an offered option answers
 from __future__ import annotations
 
 from ._answer import Answer
-from ._client import (
-    Client,
-    DialectName,
-    NotificationCallback,
-    PermissionHandler,
-    Registration,
-    RequestHandler,
-    open_client,
-)
+from ._client import Client, Registration, RequestHandler, open_client
+from ._connection import DialectName, NotificationCallback
 from ._errors import (
     ConnectionClosed,
     LocalProtocolError,
@@ -28,6 +21,18 @@ from ._errors import (
     RequestError,
 )
 from ._framing import ContentLengthFramer, NewlineFramer
+from ._handlers import (
+    AsyncHandler,
+    Deferred,
+    DeferredFunction,
+    PermissionHandler,
+    Question,
+    Rule,
+    RuleFunction,
+    WithdrawnBy,
+    deferred,
+    rule,
+)
 from ._messages import ErrorCode
 from ._notifications import InboundNotification
 from ._process import open_process
@@ -68,6 +73,7 @@ __version__ = "0.1.0.dev0"
 
 __all__ = [
     "Answer",
+    "AsyncHandler",
     "AsyncioClient",
     "AudioContent",
     "BlockingClient",
@@ -78,6 +84,8 @@ __all__ = [
     "ContentBlock",
     "ContentLengthFramer",
     "Decision",
+    "Deferred",
+    "DeferredFunction",
     "DialectName",
     "Diff",
     "EmbeddedResource",
@@ -96,11 +104,14 @@ __all__ = [
     "PermissionRequest",
     "PermissionResponse",
     "ProtocolError",
+    "Question",
     "Registration",
     "RemoteProtocolError",
     "RequestError",
     "RequestHandler",
     "ResourceLink",
+    "Rule",
+    "RuleFunction",
     "Selected",
     "Telemetry",
     "Terminal",
@@ -110,11 +121,14 @@ __all__ = [
     "ToolCallState",
     "ToolCallTracker",
     "ToolCallUpdate",
+    "WithdrawnBy",
     "__version__",
     "asyncio_client",
+    "deferred",
     "open_blocking",
     "open_client",
     "open_process",
+    "rule",
     "start_guest",
     "tk_client",
 ]

@@ -12,7 +12,8 @@ from typing import IO, Final
 
 import trio
 
-from ._client import DEFAULT_MAX_PENDING, Client, DialectName, open_client
+from ._client import Client, open_client
+from ._connection import DEFAULT_MAX_PENDING, DialectName
 from ._framing import DEFAULT_MAX_FRAME_SIZE
 from ._telemetry import Telemetry
 

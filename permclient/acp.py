@@ -29,8 +29,9 @@ import msgspec
 import trio
 
 from . import _workspace_fs
-from ._client import Client, PermissionHandler, Registration
+from ._client import Client, Registration
 from ._errors import PermclientError, RequestError
+from ._handlers import PermissionHandler
 from ._messages import DECODE_ERRORS, ErrorCode
 from ._notifications import InboundNotification
 from ._wire import ContentBlock, TextContent, ToolCallUpdate

@@ -41,7 +41,8 @@ from typing import TYPE_CHECKING, Any, Final, TypeAlias, TypeVar, cast
 
 import trio
 
-from ._client import Client, DialectName, Registration, open_client
+from ._client import Client, Registration, open_client
+from ._connection import DialectName
 from ._errors import ConnectionClosed
 from ._process import open_process
 from ._wire import Cancelled, Decision, PermissionRequest, Selected
@@ -272,7 +273,7 @@ class _Embedded:
         self._startup_error: BaseException | None = None
         # The open registrations, held here: a generator-based context manager that
         # is garbage collected would unregister itself.
-        self._registrations: set[contextlib.AbstractContextManager[None]] = set()
+        self._registrations: set[contextlib.AbstractContextManager[object]] = set()
 
     # --------------------------------------------------------------- trio side
 
@@ -432,7 +433,7 @@ class _Embedded:
         self._registrations.add(context)
         return Registration(functools.partial(self._unregister, context))
 
-    def _unregister(self, context: contextlib.AbstractContextManager[None]) -> None:
+    def _unregister(self, context: contextlib.AbstractContextManager[object]) -> None:
         self._registrations.discard(context)
         context.__exit__(None, None, None)
 

@@ -1168,7 +1168,7 @@ async def test_a_timeout_answers_at_the_deadline_even_if_the_handler_is_slow_to_
                 await assert_nothing_more(peer)  # what the handlers returned changes nothing
         finally:
             released.set()  # so that a failure above fails, rather than hangs at teardown
-        assert client._timeout_wake is None  # and the timeout task is gone: nothing to time
+        assert not client.statistics().timeout_task_running  # nothing to time: the task is gone
 
 
 async def test_a_handler_that_answers_at_once_is_not_touched_by_a_timeout(
@@ -1194,9 +1194,9 @@ async def test_any_real_number_of_seconds_is_a_timeout(autojump_clock: trio.abc.
 @pytest.mark.parametrize("bad", [0, -1, float("nan"), float("inf"), True, "5", 1j])
 async def test_a_timeout_must_be_a_positive_number_of_seconds(bad: Any) -> None:
     async with connected() as (client, _):
-        registration = client.permission_handler("s", allow_handler, timeout=bad)
         with pytest.raises(ValueError, match="timeout must be a positive number"):
-            registration.__enter__()
+            client.permission_handler("s", allow_handler, timeout=bad)
+        assert client.pending_permissions() == 0
 
 
 async def test_peer_cancel_can_answer_with_a_result_for_turn_like_requests() -> None:
@@ -1413,7 +1413,7 @@ async def test_a_peer_that_never_reads_cannot_grow_our_write_buffer_without_end(
         nursery.start_soon(flood)
         await trio.testing.wait_all_tasks_blocked()
         assert sent < 500  # the client stopped reading: the flood is held back
-        assert len(client._outbuf) < 2000 + 1000
+        assert client.statistics().connection.bytes_queued < 2000 + 1000
         answered: set[Any] = set()
         while len(answered) < 500:
             answered.add((await peer.receive())["id"])
@@ -1441,9 +1441,9 @@ async def test_past_max_pending_a_permission_request_is_answered_cancelled_at_on
 async def test_held_notifications_are_bounded_and_the_newest_are_kept(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from permclient import _client
+    from permclient import _connection
 
-    monkeypatch.setattr(_client, "_BACKLOG_LIMIT", 3)
+    monkeypatch.setattr(_connection, "_BACKLOG_LIMIT", 3)
     async with connected() as (client, peer):
         for n in range(5):
             await peer.notify("session/update", {"sessionId": "late", "n": n})
@@ -1497,7 +1497,7 @@ async def test_requests_offering_the_same_options_share_them_and_answers_stay_ex
             waiter.release.set()
             answers = {(await peer.receive())["id"] for _ in range(2)}
             assert answers == {0, 1}
-            assert not client._options_in_use  # held only while a request is pending
+            assert not client.statistics().connection.shared_option_sets  # only while pending
 
 
 async def test_sharing_never_rewrites_the_session_a_request_named(
@@ -1508,7 +1508,7 @@ async def test_sharing_never_rewrites_the_session_a_request_named(
     async with connected() as (client, peer):
         waiter = Waiter()
         with client.permission_handler("s-A", waiter):
-            stacks = client._permission_handlers
+            stacks = client._conn._stacks  # private on purpose: routing sabotaged
             monkeypatch.setitem(stacks, "s-B", stacks["s-A"])  # sabotage: B routed to A
             await peer.ask_permission("s-B", request_id=0)
             await waiter.arrived.wait()
@@ -1759,7 +1759,7 @@ def _permission_requests(dialect: str, count: int) -> bytes:
 async def test_teardown_writes_every_answer_of_the_default_max_pending_then_cancels(
     dialect: str, closing: str, autojump_clock: trio.abc.Clock
 ) -> None:
-    count = permclient._client.DEFAULT_MAX_PENDING
+    count = permclient._connection.DEFAULT_MAX_PENDING
     assert count == 16384
     ours, theirs = _socket_stream_pair()
     reader = _SlowReader(theirs, dialect)
@@ -2052,9 +2052,9 @@ async def test_held_notifications_are_kept_undecoded_so_their_memory_is_their_by
 async def test_pending_requests_are_bounded_by_what_they_cost_decoded_even_alone(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from permclient import _client
+    from permclient import _connection
 
-    monkeypatch.setattr(_client, "_PENDING_BYTES", 100_000)
+    monkeypatch.setattr(_connection, "_PENDING_BYTES", 100_000)
     sink = io.StringIO()
     async with connected(telemetry=permclient.JsonlTelemetry(sink)) as (client, peer):
         waiter = Waiter()
@@ -2067,7 +2067,7 @@ async def test_pending_requests_are_bounded_by_what_they_cost_decoded_even_alone
             await waiter.arrived.wait()
             await peer.ask_permission("s", "late", request_id="late", _meta={"pad": "z" * 40_000})
             assert await peer.receive() == {"jsonrpc": "2.0", "id": "late", "result": CANCELLED}
-            assert client._pending_bytes <= 100_000
+            assert client.statistics().connection.pending_bytes <= 100_000
             waiter.release.set()
             assert sorted([(await peer.receive())["id"] for _ in range(6)]) == list(range(6))
     assert len(waiter.seen) == 6
@@ -2091,11 +2091,11 @@ async def test_pending_requests_are_bounded_by_what_they_cost_decoded_even_alone
 async def test_the_memory_pending_requests_hold_stays_within_their_byte_budget(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, meta: dict[str, Any]
 ) -> None:
-    from permclient import _client
+    from permclient import _connection
 
     caplog.set_level(logging.ERROR, "permclient")  # no captured records in the measure
     budget = 1024 * 1024
-    monkeypatch.setattr(_client, "_PENDING_BYTES", budget)
+    monkeypatch.setattr(_connection, "_PENDING_BYTES", budget)
     async with connected(dialect="acp") as (client, peer):
         waiter = Waiter()
         with client.permission_handler("s", waiter):
@@ -2112,7 +2112,7 @@ async def test_the_memory_pending_requests_hold_stays_within_their_byte_budget(
                 tracemalloc.stop()
             pending = client.pending_permissions()
             assert 1 < pending < 200  # some were let in, the rest refused
-            assert client._pending_bytes <= budget
+            assert client.statistics().connection.pending_bytes <= budget
             # What they hold (requests, tasks, answers of the refused) is within the budget,
             # with some 5 KB a request for what is not their params (see pending_memory.py).
             assert held < budget + 5_000 * pending

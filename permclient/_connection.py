@@ -1,0 +1,1192 @@
+"""Every rule of a permclient connection, as a plain object: bytes and calls in,
+bytes and events out (sans-I/O: no trio, no sockets, no clocks of its own).
+
+:class:`Connection` owns outbound id allocation and response matching, the
+pending inbound requests and their exactly-once retire point, routing each
+permission request to its session's registration stack, fail-closed decisions,
+both cancel spellings, the turn-cancel rules, and the notifications held for
+sessions nobody listens to yet. The trio driver (``_client.py``) feeds it what it
+reads, writes what :meth:`Connection.data_to_send` returns, and acts on the
+events of :meth:`Connection.events`: start a handler, wake a caller, close.
+
+Rule and deferred handlers are plain functions: the connection calls them itself,
+as a request arrives. Async handlers and other inbound request handlers need a
+task: the connection hands them to the driver as events, with the record the
+driver answers through.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import numbers
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final, Literal, TypeAlias
+
+import msgspec
+
+from ._errors import ConnectionClosed, LocalProtocolError, RemoteProtocolError, RequestError
+from ._framing import DEFAULT_MAX_FRAME_SIZE, ContentLengthFramer, Framer, NewlineFramer
+from ._handlers import (
+    AsyncHandler,
+    Deferred,
+    PermissionHandler,
+    Question,
+    Rule,
+    WithdrawnBy,
+    checked_decision,
+)
+from ._messages import (
+    DECODE_ERRORS,
+    ErrorCode,
+    ErrorResponse,
+    InvalidMessage,
+    Message,
+    Notification,
+    Request,
+    RequestId,
+    Response,
+    encode_error,
+    encode_notification,
+    encode_request,
+    encode_result,
+    json_cost,
+    parse_message,
+    str_cost,
+)
+from ._notifications import InboundNotification
+from ._telemetry import Telemetry
+from ._tracker import ToolCallTracker
+from ._wire import (
+    Cancelled,
+    Decision,
+    PermissionOption,
+    PermissionRequest,
+    PermissionResponse,
+    Selected,
+    cancel_params_decoder,
+    permission_request_decoder,
+)
+
+log = logging.getLogger("permclient")
+
+DialectName = Literal["bridge", "acp"]
+RequestHandler: TypeAlias = Callable[[Any], Any]  # async (params) -> result
+NotificationCallback: TypeAlias = Callable[[InboundNotification], None]
+
+PERMISSION_METHOD: Final = "session/request_permission"
+_CANCEL_METHODS: Final = frozenset({"$/cancelRequest", "$/cancel_request"})
+_BACKLOG_LIMIT: Final = 4096
+_BACKLOG_BYTES: Final = 16 * 1024 * 1024
+_HELD_OVERHEAD: Final = 200  # a held notification's own objects
+# Pending inbound requests: what their params, methods and ids take decoded (see
+# json_cost), whatever the handler then keeps aside.
+_PENDING_BYTES: Final = 128 * 1024 * 1024
+_BRIEF: Final = 80
+DEFAULT_MAX_PENDING: Final = 16384
+_CANCELLED: Final = Cancelled()
+_PERMISSION_CANCELLED: Final = PermissionResponse(_CANCELLED)
+NO_RESULT: Final = object()
+"""``cancelled_result`` when a cancelled request gets the -32800 error."""
+
+
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    name: DialectName
+    framer: type[ContentLengthFramer] | type[NewlineFramer]
+    cancel_method: str
+    cancel_key: str
+    # Outbound requests that *are* a turn: cancelling one cancels the session's turn.
+    turn_requests: frozenset[str]
+    # Outbound notifications that cancel a session's turn.
+    turn_cancels: frozenset[str]
+    # What a caller giving up on a turn request sends instead of the request cancel
+    # (ACP cancels a prompt with `session/cancel {"sessionId"}`), if anything.
+    turn_cancel_notification: str | None
+
+
+DIALECTS: Final[dict[str, Dialect]] = {
+    "bridge": Dialect(
+        "bridge",
+        ContentLengthFramer,
+        "$/cancelRequest",
+        "id",
+        frozenset({"chatSend"}),
+        frozenset(),
+        None,
+    ),
+    "acp": Dialect(
+        "acp",
+        NewlineFramer,
+        "$/cancel_request",
+        "requestId",
+        frozenset({"session/prompt"}),
+        frozenset({"session/cancel"}),
+        "session/cancel",
+    ),
+}
+
+
+# ----------------------------------------------------------------------- events
+
+
+class ResponseReceived:
+    """The response to our request ``request_id``: a raw ``result`` or an ``error``."""
+
+    __slots__ = ("error", "request_id", "result")
+
+    def __init__(
+        self, request_id: RequestId, result: msgspec.Raw | None, error: Exception | None
+    ) -> None:
+        self.request_id = request_id
+        self.result = result
+        self.error = error
+
+
+class StartPermissionHandlers:
+    """Run these async handlers, in order, each in its own cancel scope."""
+
+    __slots__ = ("batch",)
+
+    def __init__(self, batch: list[tuple[Question, AsyncHandler]]) -> None:
+        self.batch = batch
+
+
+class StartRequestHandler:
+    """Run ``handler(params)`` for an inbound request and answer through ``inbound``."""
+
+    __slots__ = ("handler", "inbound", "params")
+
+    def __init__(self, inbound: InboundRequest, handler: RequestHandler, params: Any) -> None:
+        self.inbound = inbound
+        self.handler = handler
+        self.params = params
+
+
+class Closed:
+    """The connection closed (every pending request is answered, every call failed)."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+class Stopped:
+    """Host code raised ``KeyboardInterrupt`` or ``SystemExit``: the client must stop."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+Event: TypeAlias = (
+    ResponseReceived | StartPermissionHandlers | StartRequestHandler | Closed | Stopped
+)
+
+
+# ---------------------------------------------------------------------- records
+
+
+class PermissionRegistration:
+    """One ``permission_handler`` registration in its session's stack."""
+
+    __slots__ = ("handler", "pending", "session_id", "timeout")
+
+    def __init__(self, session_id: str, handler: PermissionHandler, timeout: float | None) -> None:
+        self.session_id = session_id
+        self.handler = handler
+        self.timeout = timeout  # seconds from a request's arrival, or None
+        self.pending: dict[Question, None] = {}  # a set, in less memory; in arrival order
+
+
+class InboundRequest:
+    """An inbound request other than a permission request, pending until answered."""
+
+    __slots__ = (
+        "cancel_called",
+        "cancelled_result",
+        "id",
+        "method",
+        "on_cancel",
+        "session_id",
+        "size",
+    )
+
+    def __init__(
+        self,
+        request_id: RequestId | None,
+        method: str,
+        session_id: str | None,
+        cancelled_result: Any,
+    ) -> None:
+        self.id = request_id
+        self.method = method
+        self.session_id = session_id
+        self.cancelled_result = cancelled_result
+        self.cancel_called = False
+        self.on_cancel: Callable[[], object] | None = None  # the driver's scope.cancel
+        self.size = 0
+
+
+class _SharedOptions:
+    __slots__ = ("options", "uses")
+
+    def __init__(self, options: tuple[PermissionOption, ...]) -> None:
+        self.options = options
+        self.uses = 0
+
+
+class _SessionScoped(msgspec.Struct, rename="camel"):
+    session_id: Any = None
+
+
+_session_scoped_decoder: Final = msgspec.json.Decoder(_SessionScoped)
+_any_decoder: Final = msgspec.json.Decoder()
+
+
+def session_of(params: Any) -> str | None:
+    """The ``sessionId`` of outbound params given as a dict or a Struct."""
+    value = (
+        params.get("sessionId") if isinstance(params, dict) else getattr(params, "session_id", None)
+    )
+    return value if isinstance(value, str) else None
+
+
+def _session_id_of(params: msgspec.Raw) -> str | None:
+    if not params:
+        return None
+    try:
+        value = _session_scoped_decoder.decode(params).session_id
+    except DECODE_ERRORS:
+        return None
+    return value if isinstance(value, str) and value else None
+
+
+def brief(value: object) -> str:
+    """``repr(value)``, cut short: peer strings in a log line, never megabytes of them."""
+    text = repr(value[: _BRIEF + 1] if isinstance(value, str) else value)
+    return text if len(text) <= _BRIEF else text[:_BRIEF] + "..."
+
+
+def checked_timeout(timeout: object) -> float | None:
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+        raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
+    seconds = float(timeout)
+    if not 0 < seconds < math.inf:
+        raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
+    return seconds
+
+
+class Connection:
+    """The protocol state of one connection to an agent runtime.
+
+    Feed it with :meth:`receive_data` / :meth:`receive_eof`; send what
+    :meth:`data_to_send` returns; handle :meth:`events`. ``clock`` is the time
+    source for timeouts and telemetry latencies (the trio driver gives
+    ``trio.current_time``). ``on_output`` is called whenever bytes are queued or an
+    event is added outside :meth:`receive_data` (e.g. a deferred answer given from
+    a UI callback), so a driver can wake its writer.
+    """
+
+    def __init__(
+        self,
+        dialect: DialectName = "bridge",
+        *,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        max_pending: int = DEFAULT_MAX_PENDING,
+        telemetry: Telemetry | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        on_output: Callable[[], object] | None = None,
+    ) -> None:
+        spec = DIALECTS.get(dialect)
+        if spec is None:
+            raise ValueError(f"unknown dialect {dialect!r}: expected 'bridge' or 'acp'")
+        self.dialect = spec
+        self._framer: Framer = spec.framer(max_frame_size=max_frame_size)
+        self._encode_frame = spec.framer.encode
+        self._telemetry = telemetry
+        self._clock = clock
+        self._on_output = on_output
+        self._max_pending = max_pending
+        self._next_id = 0
+        self._outbound: dict[RequestId, tuple[str, Any]] = {}  # id -> (method, params)
+        self._questions: dict[RequestId | None, Question] = {}
+        self._requests: dict[RequestId | None, InboundRequest] = {}
+        self._pending_bytes = 0
+        self._stacks: dict[str, list[PermissionRegistration]] = {}
+        # Equal option sets of pending permission requests, held once (agents offer
+        # the same few sets again and again); an entry goes with its last request.
+        self._options_in_use: dict[tuple[PermissionOption, ...], _SharedOptions] = {}
+        self._shared: dict[Question, _SharedOptions] = {}
+        self._request_handlers: dict[str, tuple[RequestHandler, Any]] = {}
+        self._method_callbacks: dict[str, list[NotificationCallback]] = {}
+        self._session_callbacks: dict[str, list[NotificationCallback]] = {}
+        self._backlog: deque[tuple[InboundNotification, int]] = deque()
+        self._backlog_bytes = 0
+        self._starting: list[tuple[Question, AsyncHandler]] = []
+        self._timed: set[PermissionRegistration] = set()
+        self._events: list[Event] = []
+        self._outbuf = bytearray()
+        self._write_failed = False
+        self._dispatching = False
+        self.closed_reason: str | None = None
+        """Why the connection closed, or ``None`` while it is open."""
+        self.stopped_by: BaseException | None = None
+        """The ``KeyboardInterrupt`` or ``SystemExit`` host code raised, if any."""
+        self.tool_calls = ToolCallTracker()
+        """Per (session, toolCallId) state of every tool call seen (invariant 9)."""
+
+    # ------------------------------------------------------------------ output
+
+    def data_to_send(self) -> bytearray:
+        """Take every byte queued for the peer (empty when there is none)."""
+        data, self._outbuf = self._outbuf, bytearray()
+        return data
+
+    @property
+    def bytes_queued(self) -> int:
+        """How many bytes wait in :meth:`data_to_send`."""
+        return len(self._outbuf)
+
+    def events(self) -> list[Event]:
+        """Take the events since the last call, in order."""
+        events, self._events = self._events, []
+        return events
+
+    def send_failed(self) -> None:
+        """The transport can take no more: drop what is queued and what comes."""
+        self._write_failed = True
+        self._outbuf.clear()
+
+    def _queue(self, body: bytes) -> None:
+        if self._write_failed:
+            return  # a dead transport is the only reason an answer is dropped
+        self._outbuf += self._encode_frame(body)
+        if self._on_output is not None and not self._dispatching:
+            self._on_output()
+
+    def _event(self, event: Event) -> None:
+        self._events.append(event)
+        if self._on_output is not None and not self._dispatching:
+            self._on_output()
+
+    # ------------------------------------------------------------------- input
+
+    def receive_data(self, data: bytes | bytearray) -> None:
+        """Take bytes read from the peer; handle every complete message in them.
+
+        Rule and deferred handlers and notification callbacks run from here; the
+        async handlers of this read are started by one event, after it.
+        """
+        if self.closed_reason is not None:
+            return
+        framer = self._framer
+        framer.receive_data(data)
+        self._dispatching = True
+        try:
+            while self.closed_reason is None:
+                try:
+                    frame = framer.next_frame()
+                except RemoteProtocolError as exc:
+                    if exc.recoverable:
+                        log.warning("skipped a frame: %s", exc)
+                        continue
+                    self.close(f"protocol error: {exc}")
+                    return
+                if frame is None:
+                    break
+                self._dispatch(frame)
+        finally:
+            self._dispatching = False
+            if self._starting:
+                batch, self._starting = self._starting, []
+                self._events.append(StartPermissionHandlers(batch))
+
+    def receive_eof(self) -> None:
+        """The peer closed its side: close, answering everything pending."""
+        if self._framer.buffered:
+            log.warning("peer closed mid-frame (%d bytes dropped)", self._framer.buffered)
+        self.close("the peer closed the connection")
+
+    def _dispatch(self, frame: bytes) -> None:
+        message: Message | None = None
+        try:
+            message = parse_message(frame)
+            if isinstance(message, Request):
+                self._on_request(message)
+            elif isinstance(message, Notification):
+                self._on_notification(message)
+            elif isinstance(message, Response):
+                self._settle(message.id, message.result, None)
+            elif isinstance(message, ErrorResponse):
+                self._on_error_response(message)
+            else:
+                self._on_invalid(message)
+        except Exception:
+            # A bug of ours must not take the connection down with it.
+            log.exception("internal error while dispatching a message")
+            if isinstance(message, Request) and not self._is_pending(message.id):
+                self._queue(encode_error(message.id, ErrorCode.INTERNAL_ERROR, "internal error"))
+
+    def _is_pending(self, request_id: RequestId | None) -> bool:
+        return request_id in self._questions or request_id in self._requests
+
+    # ---------------------------------------------------------------- outbound
+
+    def send_request(self, method: str, params: Any = None) -> RequestId:
+        """Queue a request; returns its id. Its answer comes as :class:`ResponseReceived`.
+
+        Raises :class:`ConnectionClosed` if closed, :class:`LocalProtocolError` if
+        ``params`` cannot be encoded.
+        """
+        self._check_open()
+        request_id = self._next_id
+        body = encode_request(request_id, method, params)
+        self._next_id += 1
+        self._outbound[request_id] = (method, params)
+        self._queue(body)
+        return request_id
+
+    def abandon_request(self, request_id: RequestId) -> None:
+        """Our caller gave up on a request: tell the peer, and end a cancelled turn."""
+        sent = self._outbound.pop(request_id, None)
+        if sent is None or self.closed_reason is not None:
+            return
+        method, params = sent
+        dialect = self.dialect
+        session_id = session_of(params) if method in dialect.turn_requests else None
+        cancel_params: dict[str, RequestId]
+        if session_id is not None and dialect.turn_cancel_notification is not None:
+            cancel, cancel_params = dialect.turn_cancel_notification, {"sessionId": session_id}
+        else:
+            cancel, cancel_params = dialect.cancel_method, {dialect.cancel_key: request_id}
+        self._queue(encode_notification(cancel, cancel_params))
+        if session_id is not None:
+            self.cancel_permissions(session_id)
+
+    def send_notification(self, method: str, params: Any = None) -> None:
+        """Queue a notification; the dialect's turn cancel also withdraws the session's
+        pending permission requests."""
+        self._check_open()
+        self._queue(encode_notification(method, params))
+        if method in self.dialect.turn_cancels:
+            session_id = session_of(params)
+            if session_id is not None:
+                self.cancel_permissions(session_id)
+
+    def turn_running(self, session_id: str) -> bool:
+        """Whether a turn request of ``session_id`` awaits its answer."""
+        turn_requests = self.dialect.turn_requests
+        return any(
+            method in turn_requests and session_of(params) == session_id
+            for method, params in self._outbound.values()
+        )
+
+    def _check_open(self) -> None:
+        if self.closed_reason is not None:
+            raise ConnectionClosed(self.closed_reason)
+
+    def _settle(
+        self, request_id: RequestId, result: msgspec.Raw | None, error: Exception | None
+    ) -> None:
+        if self._outbound.pop(request_id, None) is None:
+            if isinstance(request_id, int) and 0 <= request_id < self._next_id:
+                log.debug("dropped a late response for settled request %r", request_id)
+            else:
+                log.warning(
+                    "dropped a response for request %s, which was never sent", brief(request_id)
+                )
+            return
+        self._events.append(ResponseReceived(request_id, result, error))
+
+    def _on_error_response(self, message: ErrorResponse) -> None:
+        error = message.error
+        if message.id is None:
+            log.warning(
+                "peer reported an error about no request: [%s] %s",
+                error.code,
+                brief(error.message),
+            )
+            return
+        self._settle(message.id, None, RequestError(error.code, error.message, error.data))
+
+    # ----------------------------------------------------------- registrations
+
+    def add_permission_handler(
+        self, session_id: str, handler: PermissionHandler, timeout: float | None
+    ) -> PermissionRegistration:
+        if not isinstance(session_id, str) or not session_id:
+            raise ValueError("session_id must be a non-empty string")
+        if not callable(handler) and not isinstance(handler, Rule | Deferred):
+            raise TypeError(f"a permission handler must be callable, not {type(handler).__name__}")
+        registration = PermissionRegistration(session_id, handler, checked_timeout(timeout))
+        self._stacks.setdefault(session_id, []).append(registration)
+        return registration
+
+    def remove_permission_handler(self, registration: PermissionRegistration) -> None:
+        """Unregister; its pending questions are answered ``cancelled`` now."""
+        stack = self._stacks.get(registration.session_id)
+        if stack is None or registration not in stack:
+            return
+        stack.remove(registration)
+        if not stack:
+            del self._stacks[registration.session_id]
+        self._timed.discard(registration)
+        for question in list(registration.pending):
+            self._withdraw(question, "turn")
+
+    def add_request_handler(
+        self, method: str, handler: RequestHandler, cancelled_result: Any = NO_RESULT
+    ) -> Callable[[], None]:
+        if method == PERMISSION_METHOD:
+            raise ValueError("permission requests are routed per session: use permission_handler()")
+        if method in self._request_handlers:
+            raise ValueError(f"a handler for {method!r} is already registered")
+        if cancelled_result is not NO_RESULT:
+            encode_result(0, cancelled_result)  # fail now, not when a cancel arrives
+        route = self._request_handlers[method] = (handler, cancelled_result)
+
+        def undo() -> None:
+            if self._request_handlers.get(method) is route:
+                del self._request_handlers[method]
+
+        return undo
+
+    def add_method_callback(
+        self, method: str, callback: NotificationCallback
+    ) -> Callable[[], None]:
+        return _add(self._method_callbacks, method, callback)
+
+    def add_session_callback(
+        self, session_id: str, callback: NotificationCallback
+    ) -> Callable[[], None]:
+        """Register, then deliver what was held for the session, in order."""
+        held = [n for n, _ in self._backlog if n.session_id == session_id]
+        if held:
+            kept = [(n, size) for n, size in self._backlog if n.session_id != session_id]
+            self._backlog = deque(kept)
+            self._backlog_bytes = sum(size for _, size in kept)
+        undo = _add(self._session_callbacks, session_id, callback)
+        for notification in held:
+            self._call(callback, notification)
+        return undo
+
+    # ----------------------------------------------------------- notifications
+
+    def _on_notification(self, message: Notification) -> None:
+        method = message.method
+        if method in _CANCEL_METHODS:
+            self._on_peer_cancel(message.params)
+            return
+        session_id = _session_id_of(message.params)
+        notification = InboundNotification(method, bytes(message.params), session_id)
+        if method == "session/update":
+            self.tool_calls.apply_notification(message.params)
+        callbacks = self._method_callbacks.get(method)
+        session_callbacks = self._session_callbacks.get(session_id) if session_id else None
+        if not callbacks and not session_callbacks:
+            if session_id is not None:
+                # Nobody takes it: keep it for the session's callback to come, as
+                # updates may precede session/new's answer.
+                self._hold(notification)
+            return
+        for callback in callbacks or ():
+            self._call(callback, notification)
+        if session_id is None:
+            return
+        # Looked up again: a method callback may have just registered this session.
+        for callback in list(self._session_callbacks.get(session_id, ())):
+            self._call(callback, notification)
+
+    def _hold(self, notification: InboundNotification) -> None:
+        """Keep a notification for a session nobody listens to yet, within bounds."""
+        assert notification.session_id is not None
+        size = (
+            _HELD_OVERHEAD
+            + str_cost(notification.method)
+            + str_cost(notification.session_id)
+            + len(notification.raw)
+        )
+        self._backlog.append((notification, size))
+        self._backlog_bytes += size
+        while len(self._backlog) > _BACKLOG_LIMIT or self._backlog_bytes > _BACKLOG_BYTES:
+            dropped, dropped_size = self._backlog.popleft()
+            self._backlog_bytes -= dropped_size
+            log.warning(
+                "dropped a held %s for session %s: more than %d notifications or %d bytes "
+                "held for sessions with no callback",
+                brief(dropped.method),
+                brief(dropped.session_id),
+                _BACKLOG_LIMIT,
+                _BACKLOG_BYTES,
+            )
+
+    def _call(self, callback: NotificationCallback, notification: InboundNotification) -> None:
+        try:
+            callback(notification)
+        except BaseException as exc:
+            self.host_code_failed(exc, "notification callback for %s failed", notification.method)
+
+    def host_code_failed(self, exc: BaseException, what: str, *args: object) -> None:
+        """Contain what the host's code (a handler, a callback, a sink) raised: log it.
+
+        ``KeyboardInterrupt`` and ``SystemExit`` (also inside exception groups)
+        stop the client: the connection closes, answering everything pending
+        (and every request still to come in the read being dispatched), and a
+        :class:`Stopped` event says so.
+        """
+        stopping = _first_leaf(exc, (KeyboardInterrupt, SystemExit))
+        if stopping is None:
+            log.error(what, *args, exc_info=exc)
+            return
+        log.error("%s; %s stops the client", what % args, type(stopping).__name__)
+        if self.stopped_by is None:
+            self.stopped_by = stopping
+            self._event(Stopped(stopping))
+        self.close(f"stopped by {type(stopping).__name__}")
+
+    # --------------------------------------------------------- inbound requests
+
+    def _on_invalid(self, message: InvalidMessage) -> None:
+        log.warning("invalid message from peer: %s", message.reason)
+        if not message.reply:
+            return
+        if message.method is not None:
+            self._emit(
+                "server_request.start",
+                request_id=message.id,
+                session_id=None,
+                method=message.method,
+            )
+        if message.method == PERMISSION_METHOD and message.id is not None:
+            # Still a permission request: it fails closed as a malformed one does.
+            self._emit(
+                "approval.malformed", request_id=message.id, session_id=None, reason=message.reason
+            )
+            self._queue(encode_result(message.id, _PERMISSION_CANCELLED))
+            return
+        self._queue(encode_error(message.id, message.code, message.reason))
+
+    def _on_request(self, message: Request) -> None:
+        request_id = message.id
+        if self._telemetry is not None:
+            self._emit(
+                "server_request.start",
+                request_id=request_id,
+                session_id=_session_id_of(message.params),
+                method=message.method,
+            )
+        if self._is_pending(request_id):
+            log.warning(
+                "peer reused id %s of a pending request; refusing the new one", brief(request_id)
+            )
+            self._queue(
+                encode_error(
+                    request_id, ErrorCode.INVALID_REQUEST, "id of a pending request reused"
+                )
+            )
+            return
+        size = json_cost(bytes(message.params)) + str_cost(message.method)
+        if isinstance(request_id, str):
+            size += str_cost(request_id)
+        pending = len(self._questions) + len(self._requests)
+        if (
+            self.closed_reason is not None
+            or pending >= self._max_pending
+            or self._pending_bytes + size > _PENDING_BYTES
+        ):
+            # No handler starts once the connection is closing, nor past the bounds
+            # on pending requests: answer at once, failing closed.
+            why = self.closed_reason or (
+                f"more than {self._max_pending} requests pending"
+                if pending >= self._max_pending
+                else f"more than {_PENDING_BYTES} bytes of (decoded) requests pending"
+            )
+            log.warning(
+                "refused request %s (%s): %s", brief(request_id), brief(message.method), why
+            )
+            if message.method == PERMISSION_METHOD:
+                self._queue(encode_result(request_id, _PERMISSION_CANCELLED))
+                self._emit(
+                    "approval.refused",
+                    request_id=request_id,
+                    session_id=_session_id_of(message.params),
+                    reason=why,
+                )
+            else:
+                self._queue(encode_error(request_id, ErrorCode.INTERNAL_ERROR, why))
+            return
+        if message.method == PERMISSION_METHOD:
+            self._on_permission_request(request_id, message.params, size)
+        else:
+            self._on_other_request(request_id, message.method, message.params, size)
+
+    def _on_other_request(
+        self, request_id: RequestId | None, method: str, raw: msgspec.Raw, size: int
+    ) -> None:
+        route = self._request_handlers.get(method)
+        if route is None:
+            self._queue(
+                encode_error(
+                    request_id, ErrorCode.METHOD_NOT_FOUND, f"method not found: {method[:_BRIEF]}"
+                )
+            )
+            return
+        try:
+            params = _any_decoder.decode(raw) if raw else None
+        except DECODE_ERRORS as exc:
+            self._queue(
+                encode_error(request_id, ErrorCode.INVALID_PARAMS, f"invalid params: {exc}")
+            )
+            return
+        handler, cancelled_result = route
+        inbound = InboundRequest(request_id, method, session_of(params), cancelled_result)
+        inbound.size = size
+        self._pending_bytes += size
+        self._requests[request_id] = inbound
+        self._events.append(StartRequestHandler(inbound, handler, params))
+
+    def answer_request(self, inbound: InboundRequest, result: Any) -> None:
+        """Answer an inbound request with ``result`` (once; later calls do nothing).
+
+        A request cancelled meanwhile gets its cancelled answer instead.
+        """
+        if not self._retire_request(inbound):
+            return
+        if inbound.cancel_called:
+            self._queue(_cancelled_answer(inbound))
+            return
+        try:
+            body = encode_result(inbound.id, result)
+        except LocalProtocolError as exc:
+            body = _unencodable_answer(inbound.id, exc)
+        self._queue(body)
+
+    def fail_request(self, inbound: InboundRequest, error: RequestError | None) -> None:
+        """Answer an inbound request with ``error`` (``None``: the internal error).
+
+        A request cancelled meanwhile gets its cancelled answer instead.
+        """
+        if not self._retire_request(inbound):
+            return
+        if inbound.cancel_called:
+            self._queue(_cancelled_answer(inbound))
+        elif error is None:
+            self._queue(encode_error(inbound.id, ErrorCode.INTERNAL_ERROR, "internal error"))
+        else:
+            self._queue(_encode_request_error(inbound.id, error))
+
+    def cancel_requests(self, method: str, session_id: str) -> int:
+        """Cancel the pending inbound ``method`` requests of ``session_id``, as a peer cancel."""
+        cancelled = [
+            inbound
+            for inbound in self._requests.values()
+            if inbound.method == method and inbound.session_id == session_id
+        ]
+        for inbound in cancelled:
+            self._cancel_request(inbound, answer_now=False)
+        return len(cancelled)
+
+    def _cancel_request(self, inbound: InboundRequest, *, answer_now: bool) -> None:
+        """Cancel the handler; answer now, or (peer cancel) once it has unwound, so
+        whatever it withdraws on its way out is on the wire before the answer."""
+        if inbound.cancel_called and not answer_now:
+            return
+        inbound.cancel_called = True
+        if answer_now and self._retire_request(inbound):
+            self._queue(_cancelled_answer(inbound))
+        if inbound.on_cancel is not None:
+            inbound.on_cancel()
+
+    def _retire_request(self, inbound: InboundRequest) -> bool:
+        if self._requests.get(inbound.id) is not inbound:
+            return False
+        del self._requests[inbound.id]
+        self._pending_bytes -= inbound.size
+        return True
+
+    def _on_peer_cancel(self, params: msgspec.Raw) -> None:
+        try:
+            target = cancel_params_decoder.decode(params).target
+        except DECODE_ERRORS as exc:
+            log.warning("ignored a malformed cancel notification: %s", exc)
+            return
+        if target is None:
+            return
+        question = self._questions.get(target)
+        if question is not None:
+            self._withdraw(question, "peer")
+            return
+        inbound = self._requests.get(target)
+        if inbound is not None:
+            self._cancel_request(inbound, answer_now=False)
+            return
+        log.debug("cancel for request %r, which is not pending: nothing to do", target)
+
+    # ------------------------------------------------------ permission requests
+
+    def _on_permission_request(
+        self, request_id: RequestId | None, raw: msgspec.Raw, size: int
+    ) -> None:
+        try:
+            request = permission_request_decoder.decode(raw)
+        except DECODE_ERRORS as exc:
+            log.warning(
+                "malformed permission request %s answered cancelled: %s", brief(request_id), exc
+            )
+            self._emit(
+                "approval.malformed",
+                request_id=request_id,
+                session_id=_session_id_of(raw),
+                reason=str(exc),
+            )
+            self._queue(encode_result(request_id, _PERMISSION_CANCELLED))
+            return
+        session_id = request.session_id
+        stack = self._stacks.get(session_id)
+        if stack and stack[0].session_id == session_id:
+            # Equal strings, shared rather than held once per pending request (only
+            # when equal, as routing makes them: anything else must stay visible).
+            request.session_id = stack[0].session_id
+        telemetry = self._telemetry is not None
+        if telemetry and stack:
+            self._emit(
+                "approval.requested",
+                request_id=request_id,
+                session_id=session_id,
+                tool_call_id=request.tool_call.tool_call_id,
+                options=[option.option_id for option in request.options],
+            )
+        if self.closed_reason is not None:  # the telemetry sink stopped the client
+            self._queue(encode_result(request_id, _PERMISSION_CANCELLED))
+            return
+        offered = request.options  # a tuple of frozen options: what the answer is checked against
+        started = self._clock() if telemetry else 0.0
+        for registration in reversed(stack or ()):
+            handler = registration.handler
+            if type(handler) is Rule:
+                decision = self._run_rule(handler, request, offered)
+                if decision is None:
+                    continue
+                self.tool_calls.begin_approval(session_id, request.tool_call)
+                self.tool_calls.end_approval(session_id, request.tool_call.tool_call_id)
+                self._send_answer(request_id, session_id, decision, started)
+                return
+            self._pend(request_id, request, registration, size)
+            return
+        log.warning(
+            "no handler for session %s: permission %s answered cancelled",
+            brief(session_id),
+            brief(request_id),
+        )
+        self._emit("approval.unrouted", request_id=request_id, session_id=session_id)
+        self._queue(encode_result(request_id, _PERMISSION_CANCELLED))
+
+    def _run_rule(
+        self, rule: Rule, request: PermissionRequest, offered: tuple[PermissionOption, ...]
+    ) -> Decision | None:
+        try:
+            decision = rule.function(request)
+        except BaseException as exc:
+            self.host_code_failed(
+                exc, "rule for session %r failed; answered cancelled", request.session_id
+            )
+            return _CANCELLED
+        return None if decision is None else checked_decision(decision, offered)
+
+    def _pend(
+        self,
+        request_id: RequestId | None,
+        request: PermissionRequest,
+        registration: PermissionRegistration,
+        size: int,
+    ) -> None:
+        timeout = registration.timeout
+        started = self._clock() if self._telemetry is not None or timeout is not None else 0.0
+        shared = self._share_options(request.options)
+        if shared is not None:
+            request.options = shared.options
+        question = Question(self, request_id, request, request.options, started)
+        question._size = size
+        if shared is not None:
+            self._shared[question] = shared
+        self._pending_bytes += size
+        self._questions[request_id] = question
+        registration.pending[question] = None
+        if timeout is not None:
+            question.deadline = started + timeout
+            self._timed.add(registration)
+        self.tool_calls.begin_approval(question.session_id, request.tool_call)
+        handler = registration.handler
+        if type(handler) is Deferred:
+            try:
+                handler.function(question)
+            except BaseException as exc:
+                if not question.done:
+                    self._answer(question, _CANCELLED)
+                self.host_code_failed(
+                    exc, "deferred handler for session %r failed", question.session_id
+                )
+            return
+        # Started after the rest of this read is dispatched, in one task for all.
+        self._starting.append((question, handler))  # type: ignore[arg-type]
+
+    def _share_options(self, options: tuple[PermissionOption, ...]) -> _SharedOptions | None:
+        try:
+            shared = self._options_in_use.get(options)
+        except TypeError:  # an option carries `_meta` (a dict): not hashable, not shared
+            return None
+        if shared is None:
+            shared = self._options_in_use[options] = _SharedOptions(options)
+        shared.uses += 1
+        return shared
+
+    def answer(self, question: Question, decision: object) -> None:
+        """Answer a pending question (checked: only an offered option is ``selected``).
+
+        Does nothing if it was answered or withdrawn before.
+        """
+        if self._questions.get(question.request_id) is question:
+            self._answer(question, checked_decision(decision, question.offered))
+
+    def _answer(self, question: Question, decision: Decision) -> None:
+        self._retire(question, None)
+        self._send_answer(question.request_id, question.session_id, decision, question.started)
+
+    def _send_answer(
+        self, request_id: RequestId | None, session_id: str, decision: Decision, started: float
+    ) -> None:
+        try:
+            body = encode_result(request_id, PermissionResponse(decision))
+        except LocalProtocolError as exc:
+            log.error("answer to %r is not encodable (%s); answered cancelled", request_id, exc)
+            decision = _CANCELLED
+            body = encode_result(request_id, _PERMISSION_CANCELLED)
+        self._queue(body)
+        if self._telemetry is not None:
+            selected = isinstance(decision, Selected)
+            self._emit(
+                "approval.responded",
+                request_id=request_id,
+                session_id=session_id,
+                outcome="selected" if selected else "cancelled",
+                option_id=decision.option_id if isinstance(decision, Selected) else None,
+                latency_ms=round((self._clock() - started) * 1000, 3),
+            )
+
+    def _retire(
+        self, question: Question, withdrawn_by: WithdrawnBy | None
+    ) -> list[Callable[[WithdrawnBy], object]]:
+        """The exactly-once point: forget ``question``; its withdraw callbacks."""
+        del self._questions[question.request_id]
+        self._pending_bytes -= question._size
+        shared = self._shared.pop(question, None)
+        if shared is not None:
+            shared.uses -= 1
+            if not shared.uses:
+                del self._options_in_use[shared.options]
+        for registration in self._stacks.get(question.session_id, ()):
+            if registration.pending.pop(question, 0) is None:
+                break
+        self.tool_calls.end_approval(question.session_id, question.request.tool_call.tool_call_id)
+        return question._retire(withdrawn_by)
+
+    def _withdraw(self, question: Question, by: WithdrawnBy) -> None:
+        """Answer ``cancelled`` now and tell whoever holds the question."""
+        if self._questions.get(question.request_id) is not question:
+            return
+        callbacks = self._retire(question, by)
+        self._queue(encode_result(question.request_id, _PERMISSION_CANCELLED))
+        if self._telemetry is not None:
+            self._emit(
+                "approval.cancelled",
+                request_id=question.request_id,
+                session_id=question.session_id,
+                by=by,
+                latency_ms=round((self._clock() - question.started) * 1000, 3),
+            )
+        for callback in callbacks:
+            try:
+                callback(by)
+            except BaseException as exc:
+                self.host_code_failed(exc, "withdraw callback of %r failed", question)
+
+    def cancel_permissions(self, session_id: str) -> int:
+        """Answer every pending permission request of ``session_id`` ``cancelled`` now."""
+        questions = [q for q in self._questions.values() if q.session_id == session_id]
+        for question in questions:
+            self._withdraw(question, "turn")
+        return len(questions)
+
+    def pending_permissions(self, session_id: str | None = None) -> int:
+        """How many permission requests (of one session, or in all) await an answer."""
+        if session_id is None:
+            return len(self._questions)
+        return sum(1 for q in self._questions.values() if q.session_id == session_id)
+
+    def pending_questions(self, session_id: str | None = None) -> list[Question]:
+        """The pending questions (of one session, or all), in arrival order."""
+        return [
+            q for q in self._questions.values() if session_id is None or q.session_id == session_id
+        ]
+
+    # ---------------------------------------------------------------- timeouts
+
+    @property
+    def has_deadlines(self) -> bool:
+        """Whether some pending question has a registration timeout."""
+        return bool(self._timed)
+
+    def next_deadline(self) -> float:
+        """When the earliest registration timeout falls due (``inf`` if none)."""
+        earliest = math.inf
+        for registration in self._timed:
+            for question in registration.pending:  # arrival order: the first is the earliest
+                if question.deadline is not None:
+                    earliest = min(earliest, question.deadline)
+                break
+        return earliest
+
+    def expire(self, now: float) -> None:
+        """Withdraw every question pending past its registration's timeout at ``now``."""
+        for registration in list(self._timed):
+            while registration.pending:
+                question = next(iter(registration.pending))
+                if question.deadline is None or question.deadline > now:
+                    break
+                self._withdraw(question, "timeout")
+            if not registration.pending:
+                self._timed.discard(registration)
+
+    # ---------------------------------------------------------------- teardown
+
+    def close(self, reason: str) -> None:
+        """Fail every pending call, answer every pending request ``cancelled``.
+
+        Idempotent. Handler tasks hear of it through the withdraw callbacks
+        (``by="teardown"``) and :attr:`InboundRequest.on_cancel`.
+        """
+        if self.closed_reason is not None:
+            return
+        self.closed_reason = reason
+        self._starting.clear()  # every one of them is answered below
+        log.info("connection closed: %s", reason)
+        outbound, self._outbound = self._outbound, {}
+        for request_id in outbound:
+            self._events.append(ResponseReceived(request_id, None, ConnectionClosed(reason)))
+        for question in list(self._questions.values()):
+            self._withdraw(question, "teardown")
+        for inbound in list(self._requests.values()):
+            self._cancel_request(inbound, answer_now=True)
+        self._event(Closed(reason))
+
+    # --------------------------------------------------------------- telemetry
+
+    def _emit(self, event: str, **fields: Any) -> None:
+        if self._telemetry is not None:
+            try:
+                self._telemetry.emit(event, **fields)
+            except BaseException as exc:
+                # Telemetry proves what happened; it never gets to change an answer.
+                self.host_code_failed(exc, "telemetry sink failed on %s", event)
+
+    # -------------------------------------------------------------- statistics
+
+    def statistics(self) -> ConnectionStatistics:
+        """What the connection holds now (for tests, monitoring and benchmarks)."""
+        return ConnectionStatistics(
+            pending_permissions=len(self._questions),
+            pending_requests=len(self._requests),
+            pending_bytes=self._pending_bytes,
+            outbound_requests=len(self._outbound),
+            bytes_queued=len(self._outbuf),
+            shared_option_sets=len(self._options_in_use),
+            held_notifications=len(self._backlog),
+            sessions_with_handlers=len(self._stacks),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionStatistics:
+    """A snapshot of what a connection holds; see :meth:`Client.statistics`."""
+
+    pending_permissions: int
+    """Permission requests awaiting an answer."""
+    pending_requests: int
+    """Other inbound requests awaiting an answer."""
+    pending_bytes: int
+    """What the pending inbound requests take, decoded (bounded at 128 MiB)."""
+    outbound_requests: int
+    """Our requests awaiting their response."""
+    bytes_queued: int
+    """Bytes queued for the peer and not yet taken by the writer."""
+    shared_option_sets: int
+    """Distinct option sets held once for the pending permission requests."""
+    held_notifications: int
+    """Notifications held for sessions that have no callback yet."""
+    sessions_with_handlers: int
+    """Sessions with at least one permission handler registered."""
+
+
+def _add(
+    table: dict[str, list[NotificationCallback]], key: str, callback: NotificationCallback
+) -> Callable[[], None]:
+    table.setdefault(key, []).append(callback)
+
+    def undo() -> None:
+        callbacks = table.get(key, [])
+        if callback in callbacks:
+            callbacks.remove(callback)
+        if not callbacks:
+            table.pop(key, None)
+
+    return undo
+
+
+def _first_leaf(exc: BaseException, kind: tuple[type[BaseException], ...]) -> BaseException | None:
+    """``exc`` if it is a ``kind``, else the first ``kind`` inside its exception groups."""
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _first_leaf(inner, kind)
+            if found is not None:
+                return found
+        return None
+    return exc if isinstance(exc, kind) else None
+
+
+def _cancelled_answer(inbound: InboundRequest) -> bytes:
+    if inbound.cancelled_result is NO_RESULT:
+        return encode_error(inbound.id, ErrorCode.REQUEST_CANCELLED, "request cancelled")
+    try:  # checked at registration, but a dict may have changed since
+        return encode_result(inbound.id, inbound.cancelled_result)
+    except LocalProtocolError as exc:
+        return _unencodable_answer(inbound.id, exc)
+
+
+def _encode_request_error(request_id: RequestId | None, exc: RequestError) -> bytes:
+    """The error response a handler's RequestError asks for: without its ``data`` when
+    that is not encodable, the fixed internal error when nothing of it is."""
+    try:
+        return encode_error(request_id, exc.code, exc.message, exc.data)
+    except LocalProtocolError:
+        pass
+    try:
+        return encode_error(request_id, exc.code, exc.message)
+    except LocalProtocolError as error:
+        return _unencodable_answer(request_id, error)
+
+
+def _unencodable_answer(request_id: RequestId | None, exc: LocalProtocolError) -> bytes:
+    """The answer to a request whose own answer could not be encoded (e.g. a str with
+    a lone surrogate): a fixed error, so that it still gets exactly one."""
+    log.error("the answer to request %s is not encodable: %s", brief(request_id), exc)
+    return encode_error(
+        request_id, ErrorCode.INTERNAL_ERROR, "internal error: the response could not be encoded"
+    )

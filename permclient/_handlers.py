@@ -1,0 +1,214 @@
+"""The three shapes of a permission handler, and the one-shot question a deferred one answers.
+
+Sans-I/O: nothing here imports trio. Which shape a handler has is declared when it
+is registered: :func:`rule` and :func:`deferred` wrap a plain function; anything
+else is an async handler, ``async (PermissionRequest) -> Decision``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Final, Generic, Literal, TypeAlias, TypeVar
+
+from ._messages import RequestId
+from ._wire import Cancelled, Decision, PermissionOption, PermissionRequest, Selected
+
+if TYPE_CHECKING:
+    from ._connection import Connection
+
+log = logging.getLogger("permclient")
+
+F = TypeVar("F")
+
+WithdrawnBy = Literal["peer", "turn", "timeout", "teardown"]
+"""Why a question was withdrawn: the runtime cancelled it, the turn was cancelled
+(or its registration closed), its registration's timeout passed, or the connection
+closed."""
+
+RuleFunction: TypeAlias = Callable[[PermissionRequest], Decision | None]
+DeferredFunction: TypeAlias = Callable[["Question"], None]
+AsyncHandler: TypeAlias = Callable[[PermissionRequest], Awaitable[Decision]]
+
+_CANCELLED: Final = Cancelled()
+
+
+class _Declared(Generic[F]):
+    __slots__ = ("function",)
+
+    def __init__(self, function: F) -> None:
+        if not callable(function):
+            raise TypeError(f"a handler must be callable, not {type(function).__name__}")
+        self.function = function
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__.lower()}({self.function!r})"
+
+
+class Rule(_Declared[RuleFunction]):
+    """A rule handler: see :func:`rule`."""
+
+    __slots__ = ()
+
+
+class Deferred(_Declared[DeferredFunction]):
+    """A deferred handler: see :func:`deferred`."""
+
+    __slots__ = ()
+
+
+PermissionHandler: TypeAlias = Rule | Deferred | AsyncHandler
+"""What :meth:`Client.permission_handler` takes: a :func:`rule`, a :func:`deferred`
+handler, or an async function ``async (PermissionRequest) -> Decision``."""
+
+
+def rule(function: RuleFunction) -> Rule:
+    """Declare ``function(request) -> Decision | None`` a rule handler.
+
+    It runs in the reader as the request arrives, with no task and no cancel
+    scope, and must not block. ``None`` passes the question to the next
+    registration down the session's stack (so a rule can sit in front of a
+    human); a decision answers it (checked like any answer: only an offered
+    option is ``selected``). A rule that raises or returns anything else answers
+    ``cancelled``. Usable as a decorator.
+    """
+    return Rule(function)
+
+
+def deferred(function: DeferredFunction) -> Deferred:
+    """Declare ``function(question) -> None`` a deferred handler.
+
+    It is called as the request arrives and returns at once; the answer comes
+    later, from anywhere in the trio thread (a UI callback, another task, a
+    remote approver), through :meth:`Question.select`, :meth:`Question.cancel` or
+    :meth:`Question.answer`. No task and no cancel scope is held while the
+    question waits. A peer cancel, a turn cancel, a timeout or teardown withdraws
+    it: the callbacks given to :meth:`Question.on_withdraw` run and any later
+    answer is refused. A function that raises before answering answers
+    ``cancelled``. Usable as a decorator.
+    """
+    return Deferred(function)
+
+
+class Question:
+    """One pending permission request, answered exactly once.
+
+    A deferred handler gets it; the client makes one for every request a
+    non-rule handler takes. Call its methods from the trio thread that runs the
+    client (from other threads, go through :mod:`permclient.embed`).
+    """
+
+    __slots__ = (
+        "_connection",
+        "_on_withdraw",
+        "_size",
+        "deadline",
+        "offered",
+        "request",
+        "request_id",
+        "session_id",
+        "started",
+        "withdrawn_by",
+    )
+
+    def __init__(
+        self,
+        connection: Connection,
+        request_id: RequestId | None,
+        request: PermissionRequest,
+        offered: tuple[PermissionOption, ...],
+        started: float,
+    ) -> None:
+        self._connection: Connection | None = connection  # None once answered
+        self.request_id: RequestId | None = request_id
+        """The JSON-RPC id of the runtime's request (unique among pending ones)."""
+        self.request = request
+        """The request as the runtime sent it (decoded once)."""
+        self.session_id: str = request.session_id
+        """The session the question belongs to (as routed: the handler cannot change it)."""
+        self.offered = offered
+        """The options offered: an answer is checked against these."""
+        self.started = started  # the connection's clock at arrival
+        self.deadline: float | None = None
+        self.withdrawn_by: WithdrawnBy | None = None
+        """Why the question was withdrawn, or ``None``."""
+        self._on_withdraw: list[Callable[[WithdrawnBy], object]] | None = None
+        self._size = 0
+
+    def __repr__(self) -> str:
+        state = "open" if self._connection is not None else self.withdrawn_by or "answered"
+        return f"<Question {self.request_id!r} session={self.session_id!r} {state}>"
+
+    @property
+    def done(self) -> bool:
+        """Whether the question has its answer (given, or by withdrawal)."""
+        return self._connection is None
+
+    def answer(self, decision: Decision) -> bool:
+        """Answer with ``decision``; ``False`` (and nothing is sent) if it was answered
+        or withdrawn before. Only ``Selected`` of an offered option answers
+        ``selected``; anything else answers ``cancelled``."""
+        connection = self._connection
+        if connection is None:
+            return False
+        connection.answer(self, decision)
+        return True
+
+    def select(self, option_id: str) -> bool:
+        """``answer(Selected(option_id))``: the human picked this option."""
+        return self.answer(Selected(option_id))
+
+    def cancel(self) -> bool:
+        """``answer(Cancelled())``: the human dismissed the question."""
+        return self.answer(_CANCELLED)
+
+    def on_withdraw(self, callback: Callable[[WithdrawnBy], object]) -> None:
+        """Call ``callback(by)`` once if the question is withdrawn before it is answered.
+
+        Runs synchronously where the withdrawal happens (the reader, a cancel, a
+        timeout, teardown); it must not block. An exception in it is logged.
+        Registered after the question was already withdrawn, it runs at once (and
+        what it raises reaches the caller).
+        """
+        if self.withdrawn_by is not None:
+            callback(self.withdrawn_by)
+        elif self._connection is not None:
+            if self._on_withdraw is None:
+                self._on_withdraw = []
+            self._on_withdraw.append(callback)
+
+    def _retire(self, withdrawn_by: WithdrawnBy | None) -> list[Callable[[WithdrawnBy], object]]:
+        """Refuse later answers; the withdraw callbacks to run, if it was withdrawn."""
+        self._connection = None
+        callbacks, self._on_withdraw = self._on_withdraw, None
+        if withdrawn_by is None:
+            return []
+        self.withdrawn_by = withdrawn_by
+        return callbacks or []
+
+
+def checked_decision(answer: object, offered: tuple[PermissionOption, ...]) -> Decision:
+    """Accept ``Selected`` of an offered option or ``Cancelled``; anything else is ``Cancelled``.
+
+    Exact types: ``isinstance`` would run the answer's own ``__class__`` (and a
+    subclass its own ``option_id``), and nothing the handler returned may raise here.
+    """
+    if type(answer) is Selected:
+        chosen = answer.option_id
+        # An exact str: a subclass could compare equal to anything.
+        if type(chosen) is str:
+            for option in offered:
+                if option.option_id == chosen:
+                    return answer
+        log.warning(
+            "handler chose option %r, which was not offered (%s); answered cancelled",
+            chosen if type(chosen) is str else type(chosen).__qualname__,
+            ", ".join(option.option_id for option in offered),
+        )
+        return _CANCELLED
+    if type(answer) is not Cancelled:
+        log.warning(
+            "handler returned a %s, not a Selected or Cancelled; answered cancelled",
+            type(answer).__qualname__,  # not the object: its repr is the handler's code too
+        )
+    return _CANCELLED

@@ -1,0 +1,138 @@
+"""Start an async handler inside its cancel scope, in the calling task, and hand the
+task over to it only if it blocks.
+
+A trio task costs about as much as everything else an approval does. An async
+handler that answers without blocking (a cache hit, an auto-approver) does not
+need one: :func:`start` enters the request's scope, then steps the handler once
+by hand in the calling task. If it finishes, that is the answer and the scope is
+left. If it blocks, the returned :class:`Relay` runs the rest of it, still inside
+that scope: the calling task then belongs to the handler (the driver hands its
+other work to a new task). Each handler runs in a copy of the caller's context,
+so context variables one handler sets never reach the next.
+
+Only public APIs: the scope is an ordinary ``trio.CancelScope`` entered before
+the handler runs, so every scope the handler opens nests inside it; the relay
+passes the handler's yields to trio and trio's replies back, as ``await`` does.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import types
+from collections.abc import Awaitable, Callable, Coroutine, Generator
+from typing import Any, Final, TypeVar
+
+import trio
+
+A = TypeVar("A")
+
+UNANSWERED: Final[Any] = object()
+"""What a relay returns when the scope caught a cancellation: the handler gave no answer."""
+
+
+def start(
+    scope: trio.CancelScope, handler: Callable[[A], Awaitable[Any]], arg: A
+) -> tuple[bool, Any]:
+    """Call ``handler(arg)`` inside ``scope`` and run it until it first blocks.
+
+    Returns ``(True, result)`` if it finished (``UNANSWERED`` if the scope caught
+    a cancellation), or ``(False, relay)``: awaiting ``relay`` at once, in this
+    same task, runs the rest inside ``scope`` and returns the result. A handler
+    that raises before blocking raises here, with the scope left.
+    """
+    context = contextvars.copy_context()
+    scope.__enter__()
+    try:
+        awaitable = context.run(handler, arg)
+        steps = awaitable if type(awaitable) is types.CoroutineType else _await(awaitable)
+        yielded = context.run(steps.send, None)
+    except StopIteration as done:
+        scope.__exit__(None, None, None)
+        return True, done.value
+    except BaseException as exc:
+        if scope.__exit__(type(exc), exc, exc.__traceback__):
+            return True, UNANSWERED  # the scope caught its own cancellation
+        raise
+    return False, Relay(steps, scope, context, yielded)
+
+
+class Relay(Generator[Any, Any, Any]):
+    """The rest of a blocked handler, inside its scope (``await`` delegates here).
+
+    A small object rather than a generator: one is alive per pending request, and
+    a generator frame is several times its size.
+    """
+
+    __slots__ = ("_context", "_coro", "_scope", "_yielded")
+
+    def __init__(
+        self,
+        coro: Coroutine[Any, Any, Any] | Generator[Any, Any, Any],
+        scope: trio.CancelScope,
+        context: contextvars.Context,
+        yielded: Any,
+    ) -> None:
+        self._coro = coro
+        self._scope = scope
+        self._context = context
+        self._yielded = yielded  # the trap it blocked on, until trio gets it
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        return self
+
+    def send(self, value: Any) -> Any:
+        yielded = self._yielded
+        if yielded is not _PASSED:
+            self._yielded = _PASSED
+            return yielded
+        return self._step(self._coro.send, value)
+
+    def throw(self, typ: Any, value: Any = None, traceback: Any = None) -> Any:
+        return self._step(self._coro.throw, _exception(typ, value, traceback))
+
+    def _step(self, call: Callable[[Any], Any], arg: Any) -> Any:
+        try:
+            return self._context.run(call, arg)
+        except StopIteration:
+            self._scope.__exit__(None, None, None)
+            raise
+        except BaseException as exc:
+            if self._scope.__exit__(type(exc), exc, exc.__traceback__):
+                raise StopIteration(UNANSWERED) from None  # the scope caught a cancellation
+            raise
+
+
+_PASSED: Final[Any] = object()
+
+
+def _exception(typ: Any, value: Any, traceback: Any) -> BaseException:
+    """The exception ``throw(typ, value, traceback)`` means, as generators read it."""
+    if isinstance(typ, BaseException):
+        exc = typ
+    elif isinstance(value, typ):
+        exc = value
+    elif value is None:
+        exc = typ()
+    elif isinstance(value, tuple):
+        exc = typ(*value)
+    else:
+        exc = typ(value)
+    return exc if traceback is None else exc.with_traceback(traceback)
+
+
+def _await(awaitable: object) -> Generator[Any, Any, Any]:
+    try:
+        method = type(awaitable).__await__  # type: ignore[attr-defined]
+    except AttributeError:
+        raise TypeError(
+            f"an async handler must return an awaitable, not {type(awaitable).__name__} "
+            "(declare a plain function with permclient.rule() or permclient.deferred())"
+        ) from None
+    steps = method(awaitable)
+    if isinstance(steps, types.GeneratorType | types.CoroutineType):
+        return steps  # type: ignore[return-value]  # both have send and throw
+    return _as_generator(steps)  # `await` takes any iterator; give it send and throw
+
+
+def _as_generator(steps: Any) -> Generator[Any, Any, Any]:
+    return (yield from steps)
