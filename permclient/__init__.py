@@ -27,7 +27,6 @@ from ._errors import (
     RemoteProtocolError,
     RequestError,
 )
-from ._framing import ContentLengthFramer, NewlineFramer
 from ._messages import ErrorCode
 from ._notifications import InboundNotification
 from ._process import open_process
@@ -63,6 +62,7 @@ from .embed import (
     start_guest,
     tk_client,
 )
+from .framing import ContentLengthFramer, NewlineFramer
 
 __version__ = "0.1.0.dev0"
 

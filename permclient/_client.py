@@ -26,7 +26,6 @@ import msgspec
 import trio
 
 from ._errors import ConnectionClosed, LocalProtocolError, RemoteProtocolError, RequestError
-from ._framing import DEFAULT_MAX_FRAME_SIZE, ContentLengthFramer, Framer, NewlineFramer
 from ._lazy_scope import Relay, ScopeOwner, start
 from ._messages import (
     DECODE_ERRORS,
@@ -59,6 +58,7 @@ from ._wire import (
     cancel_params_decoder,
     permission_request_decoder,
 )
+from .framing import DEFAULT_MAX_FRAME_SIZE, ContentLengthFramer, Framer, NewlineFramer
 
 log = logging.getLogger("permclient")
 

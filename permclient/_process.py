@@ -13,8 +13,8 @@ from typing import IO, Final
 import trio
 
 from ._client import DEFAULT_MAX_PENDING, Client, DialectName, open_client
-from ._framing import DEFAULT_MAX_FRAME_SIZE
 from ._telemetry import Telemetry
+from .framing import DEFAULT_MAX_FRAME_SIZE
 
 log = logging.getLogger("permclient")
 

@@ -1,4 +1,4 @@
-"""Tests for the sans-I/O framers in permclient._framing.
+"""Tests for the sans-I/O framers in permclient.framing.
 
 Most cases run three ways (the ``mode`` fixture): the input fed whole, fed one byte at a
 time, and fed whole followed by a partial next frame that must stay buffered.
@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from permclient._errors import LocalProtocolError, RemoteProtocolError
-from permclient._framing import (
+from permclient.framing import (
     DEFAULT_MAX_FRAME_SIZE,
     DEFAULT_MAX_HEADER_SIZE,
     ContentLengthFramer,

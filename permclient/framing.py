@@ -1,4 +1,7 @@
-"""Sans-I/O message framing: feed received bytes in, pull complete frame bodies out.
+"""The sans-I/O framing layer: feed received bytes in, pull complete frame bodies out.
+
+This module is public (``from permclient.framing import NewlineFramer``): the client uses
+these framers, and a host that moves bytes itself can use them the same way.
 
 Two wire formats are supported:
 
