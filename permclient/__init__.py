@@ -20,7 +20,6 @@ from ._errors import (
     RemoteProtocolError,
     RequestError,
 )
-from ._framing import ContentLengthFramer, NewlineFramer
 from ._handlers import (
     AsyncHandler,
     Deferred,
@@ -68,6 +67,7 @@ from .embed import (
     start_guest,
     tk_client,
 )
+from .framing import ContentLengthFramer, NewlineFramer
 
 __version__ = "0.1.0.dev0"
 

@@ -39,13 +39,13 @@ from ._connection import (
     Stopped,
 )
 from ._errors import RemoteProtocolError, RequestError
-from ._framing import DEFAULT_MAX_FRAME_SIZE
 from ._handlers import AsyncHandler, PermissionHandler, Question, WithdrawnBy
 from ._inline import UNANSWERED, Relay, start
 from ._messages import DECODE_ERRORS, RequestId
 from ._telemetry import Telemetry
 from ._tracker import ToolCallTracker
 from ._wire import Cancelled
+from .framing import DEFAULT_MAX_FRAME_SIZE
 
 log = logging.getLogger("permclient")
 

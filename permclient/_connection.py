@@ -29,7 +29,6 @@ from typing import Any, Final, Literal, TypeAlias
 import msgspec
 
 from ._errors import ConnectionClosed, LocalProtocolError, RemoteProtocolError, RequestError
-from ._framing import DEFAULT_MAX_FRAME_SIZE, ContentLengthFramer, Framer, NewlineFramer
 from ._handlers import (
     AsyncHandler,
     Deferred,
@@ -70,6 +69,7 @@ from ._wire import (
     cancel_params_decoder,
     permission_request_decoder,
 )
+from .framing import DEFAULT_MAX_FRAME_SIZE, ContentLengthFramer, Framer, NewlineFramer
 
 log = logging.getLogger("permclient")
 

@@ -14,8 +14,8 @@ import trio
 
 from ._client import Client, open_client
 from ._connection import DEFAULT_MAX_PENDING, DialectName
-from ._framing import DEFAULT_MAX_FRAME_SIZE
 from ._telemetry import Telemetry
+from .framing import DEFAULT_MAX_FRAME_SIZE
 
 log = logging.getLogger("permclient")
 

@@ -1,4 +1,4 @@
-"""Tests for the sans-I/O framers in permclient._framing.
+"""Tests for the sans-I/O framers in permclient.framing.
 
 Most cases run three ways (the ``mode`` fixture): the input fed whole, fed one byte at a
 time, and fed whole followed by a partial next frame that must stay buffered.
@@ -6,6 +6,7 @@ time, and fed whole followed by a partial next frame that must stay buffered.
 
 from __future__ import annotations
 
+import tracemalloc
 from dataclasses import dataclass
 from itertools import pairwise
 
@@ -14,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from permclient._errors import LocalProtocolError, RemoteProtocolError
-from permclient._framing import (
+from permclient.framing import (
     DEFAULT_MAX_FRAME_SIZE,
     DEFAULT_MAX_HEADER_SIZE,
     ContentLengthFramer,
@@ -396,6 +397,120 @@ def test_cl_long_header_in_small_chunks_is_scanned_once() -> None:
     data = header + b"\r\n\r\n{}"
     framer = ContentLengthFramer(max_header_size=len(header))
     assert feed_chunks(framer, [data[i : i + 3] for i in range(0, len(data), 3)]) == [b"{}"]
+
+
+# --- Frames that span reads (both dialects) ---------------------------------------------
+
+FRAMERS = [ContentLengthFramer, NewlineFramer]
+
+
+def trail_for(framer: Framer) -> bytes:
+    return CL_TRAIL if isinstance(framer, ContentLengthFramer) else NL_TRAIL
+
+
+@pytest.mark.parametrize("cls", FRAMERS)
+@pytest.mark.parametrize("read_size", [1000, 64 * 1024])
+def test_a_frame_spanning_reads_is_copied_out_once_and_then_no_longer_held(
+    cls: type[ContentLengthFramer | NewlineFramer], read_size: int
+) -> None:
+    body = b'{"x":"' + b"x" * (4 * 1024 * 1024) + b'"}'
+    framer = cls()
+    wire = framer.encode(body) + trail_for(framer)
+    frames: list[bytes] = []
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        for start in range(0, len(wire), read_size):
+            # Each read is a new bytes object, as os.read makes one, so it is traced.
+            framer.receive_data(wire[start : start + read_size])
+            while (frame := framer.next_frame()) is not None:
+                frames.append(frame)
+        held, peak = (size - base for size in tracemalloc.get_traced_memory())
+    finally:
+        tracemalloc.stop()
+    assert frames == [body]
+    # The pieces of the frame and the one copy that joins them, plus object headers.
+    assert peak <= 2 * len(body) + len(body) // 16
+    # Once returned, the frame is the caller's alone: the framer keeps at most a read.
+    assert held - len(body) <= read_size + 4096
+    assert framer.buffered == len(trail_for(framer))
+
+
+@pytest.mark.parametrize("cls", FRAMERS)
+@pytest.mark.parametrize("read_size", [1, 7, 997, 16 * 1024 - 1, 16 * 1024, 64 * 1024])
+def test_a_frame_spanning_many_reads_from_one_reused_buffer_arrives_intact(
+    cls: type[ContentLengthFramer | NewlineFramer], read_size: int
+) -> None:
+    # A reader that reuses one bytearray for every read (readinto) must not see the
+    # frames it was given change, whichever way the framer held the pieces.
+    big = bytes(range(32, 127)) * 450  # ~42 KB: pieces big and small at every read size
+    framer = cls()
+    trail = trail_for(framer)
+    wire = framer.encode(big) + framer.encode(BODY) + framer.encode(big[:5000]) + trail
+    reused = bytearray(read_size)
+    frames: list[bytes] = []
+    for start in range(0, len(wire), read_size):
+        piece = wire[start : start + read_size]
+        reused[: len(piece)] = piece
+        framer.receive_data(reused[: len(piece)] if len(piece) < read_size else reused)
+        reused[:] = b"#" * read_size  # the caller overwrites its buffer at once
+        while (frame := framer.next_frame()) is not None:
+            assert type(frame) is bytes
+            frames.append(frame)
+    assert frames == [big, BODY, big[:5000]]
+    assert framer.buffered == len(trail)
+
+
+@pytest.mark.parametrize("cls", FRAMERS)
+@pytest.mark.parametrize("mode", ["whole", "bytewise"])
+def test_a_returned_frame_is_not_changed_by_later_data(
+    cls: type[ContentLengthFramer | NewlineFramer], mode: str
+) -> None:
+    framer = cls()
+    big = b"[" + b"1," * 20_000 + b"1]"
+    data = framer.encode(big) + framer.encode(BODY)
+    events = feed(framer, data, mode)
+    assert events == [big, BODY]
+    for _ in range(3):  # more data, taken out and held, in every way the framer can
+        framer.receive_data(framer.encode(NEXT) + framer.encode(big)[:30_000])
+        framer.receive_data(bytearray(framer.encode(big)[30_000:]))
+        assert pump(framer) == [NEXT, big]
+    assert events == [big, BODY]
+    assert all(type(event) is bytes for event in events)
+
+
+def test_nl_crlf_split_across_large_reads_strips_the_cr() -> None:
+    # The \r ends one large piece and the \n starts the next read.
+    line = b"y" * 40_000
+    framer = NewlineFramer()
+    assert feed_chunks(framer, [line[:20_000], line[20_000:] + b"\r", b"\n{}\r", b"\n"]) == [
+        line,
+        b"{}",
+    ]
+    assert framer.buffered == 0
+
+
+def test_nl_line_completed_across_reads_but_over_the_limit_is_skipped() -> None:
+    framer = NewlineFramer(max_frame_size=8)
+    framer.receive_data(b"abc")
+    assert framer.next_frame() is None  # held: the line may still end in time
+    framer.receive_data(b"defghijkl\nok\n")  # the line ends, 12 bytes long
+    assert pump(framer) == [Err(True), b"ok"]
+    assert framer.buffered == 0
+
+
+def test_nl_blank_line_completed_across_reads_is_skipped() -> None:
+    framer = NewlineFramer()
+    assert feed_chunks(framer, [b" \t", b"  \r", b"\n", b"{}\n"]) == [b"{}"]
+
+
+def test_cl_body_completed_in_a_read_that_carries_the_next_frames() -> None:
+    framer = ContentLengthFramer()
+    big = b"z" * 50_000
+    wire = cl(big) + cl(BODY) + cl(NEXT)
+    cut = len(cl(big)) - 10
+    assert feed_chunks(framer, [wire[:cut], wire[cut:]]) == [big, BODY, NEXT]
+    assert framer.buffered == 0
 
 
 # --- Newline framing --------------------------------------------------------------------

@@ -1,4 +1,7 @@
-"""Sans-I/O message framing: feed received bytes in, pull complete frame bodies out.
+"""The sans-I/O framing layer: feed received bytes in, pull complete frame bodies out.
+
+This module is public (``from permclient.framing import NewlineFramer``): the client uses
+these framers, and a host that moves bytes itself can use them the same way.
 
 Two wire formats are supported:
 
@@ -43,6 +46,9 @@ _UTF8_CHARSETS: Final = frozenset({"utf-8", "utf8"})  # LSP asks peers to accept
 _CR: Final = 0x0D
 # Don't compact a bytearray buffer until this much of its start has been consumed.
 _COMPACT_THRESHOLD: Final = 64 * 1024
+# Pieces of a frame that spans reads shorter than this are merged into a bytearray, so
+# that a peer trickling bytes cannot make per-object overhead outweigh the bytes held.
+_MIN_PART: Final = 16 * 1024
 
 
 def _show(data: bytes | str, limit: int = 60) -> str:
@@ -62,7 +68,8 @@ class Framer(Protocol):
     def next_frame(self) -> bytes | None:
         """Return the next complete body, or ``None`` if more data is needed.
 
-        Raises :class:`RemoteProtocolError` if the peer broke the framing rules.
+        The body is ``bytes``, so later calls never change it. Raises
+        :class:`RemoteProtocolError` if the peer broke the framing rules.
         """
         ...
 
@@ -101,9 +108,14 @@ class _Buffer:
     While nothing is held, an incoming ``bytes`` chunk is adopted as the buffer without
     copying (the common case: one read carries whole messages), and frames are sliced
     straight out of it. Only when data must accumulate does it become a ``bytearray``.
+
+    A frame body that spans reads is kept apart, in ``_parts``: the reads themselves (or
+    views of them), in order, joined once when the frame is complete. That join is the
+    only copy its bytes make on their way out, and once it is made the framer holds
+    nothing of the frame, so a frame of N bytes peaks at 2N in the framer.
     """
 
-    __slots__ = ("_buf", "_pos", "_scan")
+    __slots__ = ("_buf", "_parts", "_parts_len", "_pos", "_scan")
 
     def __init__(self) -> None:
         self._buf: bytes | bytearray = b""
@@ -111,6 +123,9 @@ class _Buffer:
         # Where the search for the frame delimiter resumes, so a frame arriving in small
         # chunks is scanned once overall; stale (and ignored) when below _pos.
         self._scan = 0
+        # The frame body being collected across reads; _buf then holds what follows it.
+        self._parts: list[bytes | bytearray | memoryview] = []
+        self._parts_len = 0
 
     @property
     def buffered(self) -> int:
@@ -118,7 +133,7 @@ class _Buffer:
 
         Bytes of a skipped (rejected) frame are never held and so never counted.
         """
-        return len(self._buf) - self._pos
+        return len(self._buf) - self._pos + self._parts_len
 
     def _append(self, chunk: bytes | bytearray | memoryview) -> None:
         """Add ``chunk`` after the held data."""
@@ -146,10 +161,60 @@ class _Buffer:
                 self._scan -= pos
             buf += chunk
 
+    def _append_from(self, data: bytes, start: int) -> None:
+        """Add ``data[start:]`` after the held data, adopting ``data`` if nothing is held."""
+        if start == len(data):
+            return
+        if self._pos == len(self._buf):
+            self._buf = data  # immutable, so safe to keep without copying
+            self._pos = self._scan = start
+        else:
+            self._append(memoryview(data)[start:])
+
+    def _start_parts(self, pos: int) -> None:
+        """Move the held data from ``pos`` on into ``_parts``: a frame body spans reads."""
+        buf = self._buf
+        self._buf = b""
+        self._pos = self._scan = 0
+        if pos == len(buf):
+            return
+        if isinstance(buf, bytearray):
+            del buf[:pos]  # ours alone: it becomes the first piece, without a copy
+            self._parts.append(buf)
+            self._parts_len += len(buf)
+        else:
+            self._add_part(memoryview(buf)[pos:])
+
+    def _add_part(self, piece: bytes | memoryview) -> None:
+        """Add the next piece of the frame body being collected; ``piece`` is immutable."""
+        if not piece:
+            return
+        parts = self._parts
+        self._parts_len += len(piece)
+        if len(piece) >= _MIN_PART:
+            parts.append(piece)
+            return
+        last = parts[-1] if parts else None
+        if isinstance(last, bytearray) and len(last) < _MIN_PART:
+            last += piece
+            if len(last) >= _MIN_PART:
+                parts[-1] = bytes(last)  # exact: a growing bytearray over-allocates up to 1/8
+        else:
+            parts.append(bytearray(piece))
+
+    def _take_parts(self) -> bytes:
+        """Return the collected frame body and hold nothing of it any more."""
+        parts = self._parts
+        self._parts = []
+        self._parts_len = 0
+        return b"".join(parts)  # the one copy; the pieces go when this returns
+
     def _drop_all(self) -> None:
         """Discard everything held."""
         self._buf = b""
         self._pos = self._scan = 0
+        self._parts = []
+        self._parts_len = 0
 
 
 class ContentLengthFramer(_Buffer):
@@ -182,8 +247,8 @@ class ContentLengthFramer(_Buffer):
         self._max_frame_size = max_frame_size
         self._max_header_size = max_header_size
         super().__init__()
-        self._body_len = -1  # length of the body being awaited; -1 while reading headers
-        self._header_len = 0  # size of the awaited body's (already parsed) header section
+        self._body_len = -1  # length of the body being collected; -1 while reading headers
+        self._header_len = 0  # size of the collected body's (already parsed) header section
         self._skip = 0  # bytes of a rejected body still to discard
         self._dead: str | None = None  # set by a fatal error; the stream is out of sync
 
@@ -200,16 +265,26 @@ class ContentLengthFramer(_Buffer):
                 return
             chunk = memoryview(data)[self._skip :]
             self._skip = 0
+        missing = self._body_len - self._parts_len
+        if missing > 0:  # (never while skipping: a rejected body is not collected)
+            if type(chunk) is not bytes:
+                chunk = bytes(chunk)  # the caller may reuse its buffer
+            if len(chunk) <= missing:
+                self._add_part(chunk)
+                return
+            self._add_part(memoryview(chunk)[:missing])
+            self._append_from(chunk, missing)
+            return
         self._append(chunk)
 
     @property
     def buffered(self) -> int:
         """Return the number of bytes held that are not yet part of a returned frame.
 
-        Includes the header of a body still being awaited; bytes of a rejected (skipped)
-        body are never held and so never counted.
+        Includes the header of a body still being collected; bytes of a rejected
+        (skipped) body are never held and so never counted.
         """
-        held = len(self._buf) - self._pos
+        held = len(self._buf) - self._pos + self._parts_len
         if self._body_len >= 0:
             held += self._header_len
         return held
@@ -225,59 +300,63 @@ class ContentLengthFramer(_Buffer):
         """
         if self._dead is not None:
             raise RemoteProtocolError(self._dead, recoverable=False)
+        if self._body_len >= 0:
+            if self._parts_len < self._body_len:
+                return None
+            self._body_len = -1
+            return self._take_parts()
         buf = self._buf
         pos = self._pos
-        n = self._body_len
-        if n < 0:
-            if pos == len(buf):
-                return None  # nothing held (also the case while skipping a rejected body)
-            scan = self._scan  # may be stale (below pos) once a frame was taken
-            end = buf.find(_HEADER_END, scan if scan > pos else pos)
-            if end < 0:
-                # The terminator could start in the last 3 bytes, so only what precedes
-                # them is certainly header.
-                if len(buf) - pos - 3 > self._max_header_size:
-                    self._fail(
-                        f"peer sent a header section longer than {self._max_header_size} "
-                        "bytes without a terminating blank line"
-                    )
-                self._scan = len(buf) - 3
-                return None
-            if end - pos > self._max_header_size:
+        if pos == len(buf):
+            return None  # nothing held (also the case while skipping a rejected body)
+        scan = self._scan  # may be stale (below pos) once a frame was taken
+        end = buf.find(_HEADER_END, scan if scan > pos else pos)
+        if end < 0:
+            # The terminator could start in the last 3 bytes, so only what precedes
+            # them is certainly header.
+            if len(buf) - pos - 3 > self._max_header_size:
                 self._fail(
-                    f"peer sent a {end - pos}-byte header section (limit {self._max_header_size})"
+                    f"peer sent a header section longer than {self._max_header_size} "
+                    "bytes without a terminating blank line"
                 )
-            # Fast path for the usual lone header; bytes.isdigit() is ASCII-only and false
-            # for b"", so it is the same strict rule _parse_headers applies.
-            if (
-                buf.startswith(_FAST_PREFIX, pos)
-                and (digits := buf[pos + _FAST_PREFIX_LEN : end]).isdigit()
-                and len(digits) <= _MAX_LENGTH_DIGITS
-            ):
-                n = int(digits)
-                problem = None
-            else:
-                n, problem = self._parse_headers(pos, end)
-            self._header_len = end + 4 - pos
-            pos = end + 4
-            if n > self._max_frame_size and problem is None:
-                problem = f"peer sent a {n}-byte frame (limit {self._max_frame_size}); skipped it"
-            if problem is not None:
-                # The length is trustworthy, so drop the body (what is held now here, the
-                # rest in receive_data) and stay in sync.
-                held = min(n, len(buf) - pos)
-                self._pos = pos + held
-                self._skip = n - held
-                raise RemoteProtocolError(problem, recoverable=True)
+            self._scan = len(buf) - 3
+            return None
+        if end - pos > self._max_header_size:
+            self._fail(
+                f"peer sent a {end - pos}-byte header section (limit {self._max_header_size})"
+            )
+        # Fast path for the usual lone header; bytes.isdigit() is ASCII-only and false
+        # for b"", so it is the same strict rule _parse_headers applies.
+        if (
+            buf.startswith(_FAST_PREFIX, pos)
+            and (digits := buf[pos + _FAST_PREFIX_LEN : end]).isdigit()
+            and len(digits) <= _MAX_LENGTH_DIGITS
+        ):
+            n = int(digits)
+            problem = None
+        else:
+            n, problem = self._parse_headers(pos, end)
+        header_len = end + 4 - pos
+        pos = end + 4
+        if n > self._max_frame_size and problem is None:
+            problem = f"peer sent a {n}-byte frame (limit {self._max_frame_size}); skipped it"
+        if problem is not None:
+            # The length is trustworthy, so drop the body (what is held now here, the
+            # rest in receive_data) and stay in sync.
+            held = min(n, len(buf) - pos)
+            self._pos = pos + held
+            self._skip = n - held
+            raise RemoteProtocolError(problem, recoverable=True)
         end = pos + n
         if len(buf) < end:
-            self._pos = pos
             self._body_len = n
+            self._header_len = header_len
+            self._start_parts(pos)
             return None
-        frame = buf[pos:end]
         self._pos = end
-        self._body_len = -1
-        return frame if type(frame) is bytes else bytes(frame)
+        if type(buf) is bytes:
+            return buf[pos:end]
+        return bytes(memoryview(buf)[pos:end])
 
     def _parse_headers(self, start: int, end: int) -> tuple[int, str | None]:
         """Parse ``_buf[start:end]``; return (Content-Length, Content-Type problem or None).
@@ -334,7 +413,7 @@ class NewlineFramer(_Buffer):
     certain, without buffering it whole, and discarded up to its ``\\n``.
     """
 
-    __slots__ = ("_max_frame_size", "_skipping")
+    __slots__ = ("_in_line", "_line_done", "_max_frame_size", "_skipping")
 
     def __init__(self, *, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
         """Create an empty framer. Raises ``ValueError`` if ``max_frame_size`` is below 1."""
@@ -343,6 +422,8 @@ class NewlineFramer(_Buffer):
         self._max_frame_size = max_frame_size
         super().__init__()
         self._skipping = False  # discarding the rest of an oversized line
+        self._in_line = False  # collecting a line that spans reads in _parts
+        self._line_done = False  # ... and its b"\n" has arrived
 
     def receive_data(self, data: bytes | bytearray) -> None:
         """Append bytes received from the peer. Never raises; errors surface in next_frame."""
@@ -354,7 +435,32 @@ class NewlineFramer(_Buffer):
                 return
             chunk = memoryview(data)[nl + 1 :]
             self._skipping = False
+        if self._in_line and not self._line_done:  # (never while skipping)
+            if type(chunk) is not bytes:
+                chunk = bytes(chunk)  # the caller may reuse its buffer
+            nl = chunk.find(b"\n")
+            if nl < 0:
+                self._add_part(chunk)
+                return
+            self._line_done = True
+            if nl == 0:
+                self._drop_trailing_cr()
+            else:
+                self._add_part(memoryview(chunk)[: nl - 1 if chunk[nl - 1] == _CR else nl])
+            self._append_from(chunk, nl + 1)
+            return
         self._append(chunk)
+
+    def _drop_trailing_cr(self) -> None:
+        """Drop the collected line's last byte if it is a ``\\r`` (its ``\\n`` came next)."""
+        parts = self._parts
+        if parts and parts[-1][-1] == _CR:
+            last = parts[-1]
+            if isinstance(last, bytearray):
+                del last[-1]
+            else:
+                parts[-1] = memoryview(last)[:-1]
+            self._parts_len -= 1
 
     def next_frame(self) -> bytes | None:
         """Return the next non-blank line without its line ending, or ``None`` if more
@@ -363,25 +469,21 @@ class NewlineFramer(_Buffer):
         Raises :class:`RemoteProtocolError` (always ``recoverable=True``) for a line longer
         than ``max_frame_size``; the line is discarded and the next call carries on after it.
         """
-        buf = self._buf
         limit = self._max_frame_size
+        if self._in_line:
+            frame = self._collected_line(limit)
+            if frame is None or (frame and not frame.isspace()):
+                return frame  # (a blank line is skipped, as below)
+        buf = self._buf
         while True:
             pos = self._pos
             if pos == len(buf):
                 return None  # nothing held (also the case while skipping a long line)
-            scan = self._scan  # may be stale (below pos) once a frame was taken
-            nl = buf.find(b"\n", scan if scan > pos else pos)
+            nl = buf.find(b"\n", pos)
             if nl < 0:
-                held = len(buf) - pos
-                # One byte of slack for a trailing b"\r" that the b"\n" may yet follow.
-                if held > limit + 1 or (held == limit + 1 and buf[-1] != _CR):
-                    self._drop_all()
-                    self._skipping = True
-                    raise RemoteProtocolError(
-                        f"peer sent a line longer than {limit} bytes; skipping it",
-                        recoverable=True,
-                    )
-                self._scan = len(buf)
+                self._check_unfinished(len(buf) - pos, buf[-1], limit)
+                self._in_line = True
+                self._start_parts(pos)
                 return None
             end = nl - 1 if nl > pos and buf[nl - 1] == _CR else nl
             self._pos = nl + 1
@@ -392,10 +494,40 @@ class NewlineFramer(_Buffer):
                 )
             if end == pos:
                 continue
-            frame = buf[pos:end]
+            frame = buf[pos:end] if type(buf) is bytes else bytes(memoryview(buf)[pos:end])
             if frame.isspace():  # stops at the first non-space byte, so cheap for JSON
                 continue
-            return frame if type(frame) is bytes else bytes(frame)
+            return frame
+
+    def _collected_line(self, limit: int) -> bytes | None:
+        """The line collected across reads once its ``\\n`` arrived (maybe blank), else None.
+
+        Raises :class:`RemoteProtocolError` as :meth:`next_frame` does.
+        """
+        length = self._parts_len
+        if not self._line_done:
+            self._check_unfinished(length, self._parts[-1][-1], limit)
+            return None
+        self._in_line = self._line_done = False
+        if length > limit:
+            self._parts = []
+            self._parts_len = 0
+            raise RemoteProtocolError(
+                f"peer sent a {length}-byte line (limit {limit}); skipped it", recoverable=True
+            )
+        return self._take_parts()
+
+    def _check_unfinished(self, held: int, last_byte: int, limit: int) -> None:
+        """Start skipping a line that is already too long without its ``\\n``."""
+        # One byte of slack for a trailing b"\r" that the b"\n" may yet follow.
+        if held > limit + 1 or (held == limit + 1 and last_byte != _CR):
+            self._drop_all()
+            self._in_line = False
+            self._skipping = True
+            raise RemoteProtocolError(
+                f"peer sent a line longer than {limit} bytes; skipping it",
+                recoverable=True,
+            )
 
     @staticmethod
     def encode(body: bytes) -> bytes:
