@@ -857,18 +857,19 @@ class Client:
         if method in _CANCEL_METHODS:
             self._on_peer_cancel(message.params)
             return
-        if method == "session/update":
-            self.tool_calls.apply_notification(message.params)
-        callbacks = self._notification_callbacks.get(method)
         session_id = self._session_id_of(message.params)
+        # One object per notification: the tracker and the callbacks share its decode.
+        notification = InboundNotification(method, bytes(message.params), session_id)
+        if method == "session/update":
+            self.tool_calls.apply(notification)
+        callbacks = self._notification_callbacks.get(method)
         session_callbacks = self._session_callbacks.get(session_id) if session_id else None
         if not callbacks and not session_callbacks:
             if session_id is not None:
                 # Nobody takes it: keep it for the session's callback to come, as
                 # updates may precede session/new's answer.
-                self._hold(_Held(method, session_id, bytes(message.params)))
+                self._hold(_Held(method, session_id, notification.raw))
             return
-        notification = InboundNotification(method, bytes(message.params), session_id)
         for callback in callbacks or ():
             self._call(callback, notification)
         if session_id is None:

@@ -506,7 +506,7 @@ async def test_a_read_larger_than_the_bound_is_refused_before_reading(
             "code": -32602,
             "message": f"{big} is larger than {MAX_READ_BYTES} bytes",
         }
-        monkeypatch.setattr(permclient.acp, "MAX_READ_BYTES", 4)
+        monkeypatch.setattr(permclient._acp_fs, "MAX_READ_BYTES", 4)
         (tmp_path / "five.txt").write_text("12345")
         params = {"sessionId": "s1", "path": str(tmp_path / "five.txt")}
         reply = await fs_call(peer, "fs/read_text_file", params)
