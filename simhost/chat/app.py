@@ -54,6 +54,14 @@ from permclient import (
     RemoteProtocolError,
     RequestError,
     Selected,
+    TextContent,
+)
+from permclient.acp import (
+    AgentMessageChunk,
+    SessionUpdate,
+    ToolCallProgress,
+    ToolCallStarted,
+    UnknownUpdate,
 )
 from simhost._digits import small_number
 
@@ -61,7 +69,7 @@ from .approvals import Approval, ApprovalQueue
 from .backends import Backend, BridgeBackend, Unsupported
 from .card import KEYED_OPTIONS, PermissionCard, option_label, session_label
 from .keys import Key, LineEditor
-from .protocol import InitializeResult, UpdateBody, parse_session_update
+from .protocol import InitializeResult
 from .render import (
     banner,
     busy_line,
@@ -655,17 +663,17 @@ class ChatApp:
     # ------------------------------------------------------------ notifications
 
     def _on_notification(self, notification: InboundNotification) -> None:
-        if notification.method != "session/update":
+        session_id = notification.session_id
+        update = notification.update  # typed once, shared with client.tool_calls
+        if update is None or session_id is None:
             return
-        parsed = parse_session_update(notification.params)
-        if parsed is None:
-            return
-        session_id, body = parsed.session_id, parsed.update
-        if body.session_update == "agent_message_chunk":
-            if body.text:
-                self._stream(session_id, body.text)
-        elif body.session_update in _TOOL_UPDATES:
-            self._tool_event(session_id, body)
+        text = _chunk_text(update)
+        tool_call = _tool_call(update)
+        if text is not None:
+            if text:
+                self._stream(session_id, text)
+        elif tool_call is not None:
+            self._tool_event(session_id, *tool_call)
         else:
             return
         self._sync()
@@ -686,12 +694,8 @@ class ChatApp:
         if rest:
             self.screen.print(self._agent_line(session_id, rest))
 
-    def _tool_event(self, session_id: str, body: UpdateBody) -> None:
-        tool_call_id = body.tool_call_id
-        if not tool_call_id:
-            return
+    def _tool_event(self, session_id: str, tool_call_id: str, meta: dict[str, Any]) -> None:
         key = (session_id, tool_call_id)
-        meta = body.simhost_meta
         if meta:
             self._tool_meta[key] = meta
         # A tool call ends the message streamed before it: later text starts a new line.
@@ -1049,3 +1053,32 @@ def _key_name(key: Key) -> str:
 def _typed(text: str) -> str:
     """The prompt line as one line: a pasted line break shown as ``⏎``, the rest escaped."""
     return one_line(text.replace("\n", "⏎"))
+
+
+def _chunk_text(update: SessionUpdate) -> str | None:
+    """The text of an agent message chunk (``""`` for one that is not text), else ``None``."""
+    if isinstance(update, AgentMessageChunk):
+        return update.content.text if isinstance(update.content, TextContent) else ""
+    if isinstance(update, UnknownUpdate) and update.session_update == "agent_message_chunk":
+        # A chunk this version could not type (a newer field value): its text if it has one.
+        content = update.data.get("content")
+        if not isinstance(content, dict) or content.get("type") != "text":
+            return ""
+        text = content.get("text")
+        return text if isinstance(text, str) else ""
+    return None
+
+
+def _tool_call(update: SessionUpdate) -> tuple[str, dict[str, Any]] | None:
+    """``(toolCallId, _meta.simhost)`` of a tool-call update, typed or not, else ``None``."""
+    if isinstance(update, ToolCallStarted | ToolCallProgress):
+        tool_call_id: object = update.tool_call_id
+        meta: object = update.meta
+    elif isinstance(update, UnknownUpdate) and update.session_update in _TOOL_UPDATES:
+        tool_call_id, meta = update.data.get("toolCallId"), update.data.get("_meta")
+    else:
+        return None
+    if not isinstance(tool_call_id, str) or not tool_call_id:
+        return None
+    simhost = meta.get("simhost") if isinstance(meta, dict) else None
+    return tool_call_id, simhost if isinstance(simhost, dict) else {}
