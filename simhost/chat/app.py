@@ -54,16 +54,9 @@ from permclient import (
     RemoteProtocolError,
     RequestError,
     Selected,
-    TextContent,
-)
-from permclient.acp import (
-    AgentMessageChunk,
-    SessionUpdate,
-    ToolCallProgress,
-    ToolCallStarted,
-    UnknownUpdate,
 )
 from simhost._digits import small_number
+from simhost._updates import message_text, tool_report
 
 from .approvals import Approval, ApprovalQueue
 from .backends import Backend, BridgeBackend, Unsupported
@@ -96,7 +89,6 @@ _CONFIRM_CHARS: Final = 120  # of the option's name on the confirmation line
 _MAX_PARTIAL: Final = 4000
 _MAX_CANDIDATES: Final = 5
 _VIEW_CARD: Final = Key("char", "v")
-_TOOL_UPDATES: Final = frozenset({"tool_call", "tool_call_update"})
 
 InputMode = Literal["keys", "lines"]
 
@@ -667,13 +659,13 @@ class ChatApp:
         update = notification.update  # typed once, shared with client.tool_calls
         if update is None or session_id is None:
             return
-        text = _chunk_text(update)
-        tool_call = _tool_call(update)
+        text = message_text(update)
+        report = tool_report(update)
         if text is not None:
             if text:
                 self._stream(session_id, text)
-        elif tool_call is not None:
-            self._tool_event(session_id, *tool_call)
+        elif report is not None:
+            self._tool_event(session_id, report.tool_call_id, report.simhost_meta)
         else:
             return
         self._sync()
@@ -1054,31 +1046,3 @@ def _typed(text: str) -> str:
     """The prompt line as one line: a pasted line break shown as ``⏎``, the rest escaped."""
     return one_line(text.replace("\n", "⏎"))
 
-
-def _chunk_text(update: SessionUpdate) -> str | None:
-    """The text of an agent message chunk (``""`` for one that is not text), else ``None``."""
-    if isinstance(update, AgentMessageChunk):
-        return update.content.text if isinstance(update.content, TextContent) else ""
-    if isinstance(update, UnknownUpdate) and update.session_update == "agent_message_chunk":
-        # A chunk this version could not type (a newer field value): its text if it has one.
-        content = update.data.get("content")
-        if not isinstance(content, dict) or content.get("type") != "text":
-            return ""
-        text = content.get("text")
-        return text if isinstance(text, str) else ""
-    return None
-
-
-def _tool_call(update: SessionUpdate) -> tuple[str, dict[str, Any]] | None:
-    """``(toolCallId, _meta.simhost)`` of a tool-call update, typed or not, else ``None``."""
-    if isinstance(update, ToolCallStarted | ToolCallProgress):
-        tool_call_id: object = update.tool_call_id
-        meta: object = update.meta
-    elif isinstance(update, UnknownUpdate) and update.session_update in _TOOL_UPDATES:
-        tool_call_id, meta = update.data.get("toolCallId"), update.data.get("_meta")
-    else:
-        return None
-    if not isinstance(tool_call_id, str) or not tool_call_id:
-        return None
-    simhost = meta.get("simhost") if isinstance(meta, dict) else None
-    return tool_call_id, simhost if isinstance(simhost, dict) else {}
