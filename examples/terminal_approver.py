@@ -46,6 +46,7 @@ from permclient import (
     Terminal,
     TextContent,
 )
+from permclient.acp import ToolCallProgress, ToolCallStarted
 
 DEMO_AGENT = Path(__file__).resolve().parent / "demo_agent.py"
 DEFAULT_PROMPT = "read README.md; edit notes.txt remember the milk; run ls -la"
@@ -169,9 +170,9 @@ def first_leaf(error: BaseException) -> BaseException:
 
 def print_update(note: InboundNotification) -> None:
     """Show tool-call status lines (a notification callback: sync, must not block)."""
-    update = note.params.get("update", {}) if isinstance(note.params, dict) else {}
-    if update.get("sessionUpdate") in ("tool_call", "tool_call_update"):
-        print(f"  . {update.get('toolCallId')}: {update.get('status', '?')}")
+    update = note.update  # typed once (the client's tool-call tracker read the same one)
+    if isinstance(update, ToolCallStarted | ToolCallProgress):
+        print(f"  . {update.tool_call_id}: {update.status or '?'}")
 
 
 async def run(prompt: str, auto: AutoAnswer | None) -> None:

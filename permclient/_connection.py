@@ -588,7 +588,7 @@ class Connection:
         session_id = _session_id_of(message.params)
         notification = InboundNotification(method, bytes(message.params), session_id)
         if method == "session/update":
-            self.tool_calls.apply_notification(message.params)
+            self.tool_calls.apply(notification)
         callbacks = self._method_callbacks.get(method)
         session_callbacks = self._session_callbacks.get(session_id) if session_id else None
         if not callbacks and not session_callbacks:
@@ -608,6 +608,7 @@ class Connection:
     def _hold(self, notification: InboundNotification) -> None:
         """Keep a notification for a session nobody listens to yet, within bounds."""
         assert notification.session_id is not None
+        notification.forget_decoded()  # held as its bytes: the bound below is theirs
         size = (
             _HELD_OVERHEAD
             + str_cost(notification.method)

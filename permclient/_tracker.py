@@ -16,7 +16,18 @@ from typing import Any, Final
 import msgspec
 
 from ._messages import DECODE_ERRORS, json_cost, str_cost
-from ._wire import ToolCallContent, ToolCallLocation, ToolCallUpdate, decode_raw
+from ._notifications import InboundNotification
+from ._wire import (
+    SessionUpdate,
+    ToolCallContent,
+    ToolCallLocation,
+    ToolCallProgress,
+    ToolCallStarted,
+    ToolCallUpdate,
+    UnknownUpdate,
+    decode_raw,
+    decode_session_update,
+)
 
 log = logging.getLogger("permclient")
 
@@ -95,28 +106,20 @@ class ToolCallState:
         )
 
 
-# Lenient view of a session/update notification: only tool-call updates matter
-# here, and an unknown variant or field must never become an error.
-class _UpdateHead(msgspec.Struct, rename="camel"):
-    session_update: str
-    tool_call_id: str | None = None
+class _UntypedToolCall(msgspec.Struct, rename="camel"):
+    """What can still be read of a tool-call update that did not type (an unknown
+    kind or status, content of an unknown type ...): each part on its own."""
+
+    tool_call_id: str
     title: str | None = None
     kind: str | None = None
     status: str | None = None
-    content: msgspec.Raw = msgspec.Raw()
-    locations: msgspec.Raw = msgspec.Raw()
-    raw_input: msgspec.Raw = msgspec.Raw()
-    raw_output: msgspec.Raw = msgspec.Raw()
+    content: Any = None
+    locations: Any = None
+    raw_input: Any = None
+    raw_output: Any = None
 
 
-class _SessionUpdate(msgspec.Struct, rename="camel"):
-    session_id: str
-    update: _UpdateHead
-
-
-_update_decoder: Final = msgspec.json.Decoder(_SessionUpdate)
-_content_decoder: Final = msgspec.json.Decoder(list[ToolCallContent] | None)
-_locations_decoder: Final = msgspec.json.Decoder(list[ToolCallLocation] | None)
 _TOOL_CALL_UPDATES: Final = frozenset({"tool_call", "tool_call_update"})
 
 
@@ -183,37 +186,53 @@ class ToolCallTracker:
             self._uncount(held)
         self._awaiting.pop(session_id, None)
 
-    def apply_notification(self, params: bytes) -> ToolCallState | None:
-        """Fold the raw params of a ``session/update`` notification.
+    def apply(self, notification: InboundNotification) -> ToolCallState | None:
+        """Fold a ``session/update`` notification, from its typed ``update``.
 
-        Returns the tool call's new state, or ``None`` when the update is not
-        about a tool call or cannot be read (never raises).
+        That update is decoded once and shared with the notification callbacks.
+        Returns the tool call's new state, or ``None`` when the notification is
+        not about a tool call or cannot be read (never raises).
         """
+        update = notification.update
+        if update is None or notification.session_id is None:
+            return None
+        return self.apply_session_update(notification.session_id, update)
+
+    def apply_notification(self, params: bytes) -> ToolCallState | None:
+        """Fold the raw JSON params of a ``session/update`` (a tracker used on its own)."""
         try:
-            note = _update_decoder.decode(params)
+            session_id, update = decode_session_update(params)
         except DECODE_ERRORS as exc:
             log.debug("tracker: ignoring unreadable session/update: %s", exc)
             return None
-        head = note.update
-        if head.session_update not in _TOOL_CALL_UPDATES or not head.tool_call_id:
+        return self.apply_session_update(session_id, update)
+
+    def apply_session_update(self, session_id: str, update: SessionUpdate) -> ToolCallState | None:
+        """Fold one typed ``session/update`` of ``session_id``; ``None`` unless it is a
+        tool call's (``tool_call`` / ``tool_call_update``). Never raises.
+
+        One that did not type (an :class:`UnknownUpdate`: an unknown kind or
+        status, content of an unknown type) still moves the status, and keeps
+        whichever of its other parts read on their own.
+        """
+        if isinstance(update, ToolCallStarted | ToolCallProgress):
+            if not update.tool_call_id:
+                return None
+            state = self._state(session_id, update.tool_call_id)
+            self._fold(state, update)
+        elif isinstance(update, UnknownUpdate) and update.session_update in _TOOL_CALL_UPDATES:
+            try:
+                call = msgspec.convert(update.data, _UntypedToolCall)
+            except msgspec.ValidationError as exc:
+                log.debug("tracker: ignoring unreadable tool call update: %s", exc)
+                return None
+            if not call.tool_call_id:
+                return None
+            state = self._state(session_id, call.tool_call_id)
+            self._fold_untyped(state, call)
+        else:
             return None
-        state = self._state(note.session_id, head.tool_call_id)
         state._announced = True
-        self._merge(state, head.title, head.kind, head.status, head.raw_input, head.raw_output)
-        # Counted from the JSON they came in: encoding them to measure would make
-        # CPython keep a UTF-8 copy of every non-ASCII string in them.
-        if head.content:
-            try:
-                state.content = _content_decoder.decode(head.content)
-                state._content_size = json_cost(bytes(head.content))
-            except DECODE_ERRORS as exc:
-                log.debug("tracker: ignoring unreadable tool call content: %s", exc)
-        if head.locations:
-            try:
-                state.locations = _locations_decoder.decode(head.locations)
-                state._locations_size = json_cost(bytes(head.locations))
-            except DECODE_ERRORS as exc:
-                log.debug("tracker: ignoring unreadable tool call locations: %s", exc)
         self._resize(state)
         return state
 
@@ -239,6 +258,30 @@ class ToolCallTracker:
         if update.locations is not None:
             state.locations = update.locations
             state._locations_size = _encoded_cost(update.locations)
+
+    def _fold_untyped(self, state: ToolCallState, call: _UntypedToolCall) -> None:
+        # Kept as JSON text like a typed update's: encoded once more, but only for
+        # the rare update this version cannot type.
+        self._merge(
+            state,
+            call.title,
+            call.kind,
+            call.status,
+            _ABSENT if call.raw_input is None else msgspec.Raw(_encoder.encode(call.raw_input)),
+            _ABSENT if call.raw_output is None else msgspec.Raw(_encoder.encode(call.raw_output)),
+        )
+        if call.content is not None:
+            try:
+                state.content = msgspec.convert(call.content, list[ToolCallContent])
+                state._content_size = _encoded_cost(state.content)
+            except msgspec.ValidationError as exc:
+                log.debug("tracker: ignoring unreadable tool call content: %s", exc)
+        if call.locations is not None:
+            try:
+                state.locations = msgspec.convert(call.locations, list[ToolCallLocation])
+                state._locations_size = _encoded_cost(state.locations)
+            except msgspec.ValidationError as exc:
+                log.debug("tracker: ignoring unreadable tool call locations: %s", exc)
 
     def begin_approval(self, session_id: str, update: ToolCallUpdate) -> None:
         """Fold the request's tool call and mark it awaiting approval."""

@@ -22,12 +22,17 @@ from typing import Annotated, Any, Literal, TypeAlias
 import msgspec
 
 __all__ = [
+    "AgentMessageChunk",
+    "AgentThoughtChunk",
     "Annotations",
     "AudioContent",
+    "AvailableCommand",
+    "AvailableCommandsUpdate",
     "CancelRequestParams",
     "Cancelled",
     "Content",
     "ContentBlock",
+    "CurrentModeUpdate",
     "Decision",
     "Diff",
     "EmbeddedResource",
@@ -36,18 +41,28 @@ __all__ = [
     "PermissionOptionKind",
     "PermissionRequest",
     "PermissionResponse",
+    "Plan",
+    "PlanEntry",
+    "PlanEntryPriority",
+    "PlanEntryStatus",
     "ResourceLink",
     "Role",
     "Selected",
+    "SessionUpdate",
     "Terminal",
     "TextContent",
     "ToolCallContent",
     "ToolCallLocation",
+    "ToolCallProgress",
+    "ToolCallStarted",
     "ToolCallStatus",
     "ToolCallUpdate",
     "ToolKind",
+    "UnknownUpdate",
+    "UserMessageChunk",
     "cancel_params_decoder",
     "decision_decoder",
+    "decode_session_update",
     "encoder",
     "permission_request_decoder",
     "permission_response_decoder",
@@ -76,6 +91,12 @@ ToolKind: TypeAlias = Literal[
 
 ToolCallStatus: TypeAlias = Literal["pending", "in_progress", "completed", "failed"]
 """Execution status of a tool call: ``pending`` < ``in_progress`` < ``completed`` | ``failed``."""
+
+PlanEntryPriority: TypeAlias = Literal["high", "medium", "low"]
+"""How much a step of the agent's :class:`Plan` matters."""
+
+PlanEntryStatus: TypeAlias = Literal["pending", "in_progress", "completed"]
+"""Where a step of the agent's :class:`Plan` stands."""
 
 Role: TypeAlias = Literal["assistant", "user"]
 """The sender or recipient of content (used in :class:`Annotations`)."""
@@ -413,6 +434,149 @@ class CancelRequestParams(msgspec.Struct, rename="camel", omit_defaults=True, gc
         ``0`` is a real JSON-RPC id and is returned as such.
         """
         return self.id if self.id is not None else self.request_id
+
+
+# -------------------------------------------------------------- session/update
+
+
+class _SessionUpdateBase(
+    msgspec.Struct, tag_field="sessionUpdate", rename="camel", omit_defaults=True
+):
+    """Base of the typed ``session/update`` variants (discriminated by ``sessionUpdate``)."""
+
+
+class UserMessageChunk(_SessionUpdateBase, tag="user_message_chunk"):
+    """A piece of the user's message (e.g. replayed by ``session/load``)."""
+
+    content: ContentBlock
+
+
+class AgentMessageChunk(_SessionUpdateBase, tag="agent_message_chunk"):
+    """A piece of the agent's reply; text chunks are Markdown."""
+
+    content: ContentBlock
+
+
+class AgentThoughtChunk(_SessionUpdateBase, tag="agent_thought_chunk"):
+    """A piece of the agent's reasoning."""
+
+    content: ContentBlock
+
+
+class ToolCallStarted(ToolCallUpdate, tag="tool_call", tag_field="sessionUpdate"):
+    """A new tool call (``tool_call``): the fields of :class:`ToolCallUpdate`."""
+
+
+class ToolCallProgress(ToolCallUpdate, tag="tool_call_update", tag_field="sessionUpdate"):
+    """News of a tool call (``tool_call_update``): only the fields that changed."""
+
+
+class PlanEntry(msgspec.Struct, rename="camel", omit_defaults=True):
+    """One step of the agent's plan."""
+
+    content: str
+    priority: PlanEntryPriority
+    status: PlanEntryStatus
+
+
+class Plan(_SessionUpdateBase, tag="plan"):
+    """The agent's whole current plan (each update replaces the last)."""
+
+    entries: list[PlanEntry]
+
+
+class AvailableCommand(msgspec.Struct, rename="camel", omit_defaults=True):
+    """A slash command the agent offers."""
+
+    name: str
+    description: str
+    input: Any = None
+
+
+class AvailableCommandsUpdate(_SessionUpdateBase, tag="available_commands_update"):
+    """The commands the agent offers now."""
+
+    available_commands: list[AvailableCommand]
+
+
+class CurrentModeUpdate(_SessionUpdateBase, tag="current_mode_update"):
+    """The session's mode changed."""
+
+    current_mode_id: str
+
+
+class UnknownUpdate(msgspec.Struct, frozen=True):
+    """A ``session/update`` that is not typed here (a newer variant, or a known
+    one with a value or shape this version does not know), passed on as decoded
+    JSON: never an error. ``data`` is the whole ``update`` object."""
+
+    session_update: str
+    data: dict[str, Any]
+
+
+SessionUpdate: TypeAlias = (
+    UserMessageChunk
+    | AgentMessageChunk
+    | AgentThoughtChunk
+    | ToolCallStarted
+    | ToolCallProgress
+    | Plan
+    | AvailableCommandsUpdate
+    | CurrentModeUpdate
+    | UnknownUpdate
+)
+"""The ``update`` of a ``session/update`` notification, typed leniently: what
+:attr:`InboundNotification.update` holds, what the tool-call tracker folds and
+what ``permclient.acp``'s ``on_update`` callbacks get."""
+
+
+class _TypedSessionNotification(msgspec.Struct, rename="camel"):
+    session_id: str
+    update: (
+        UserMessageChunk
+        | AgentMessageChunk
+        | AgentThoughtChunk
+        | ToolCallStarted
+        | ToolCallProgress
+        | Plan
+        | AvailableCommandsUpdate
+        | CurrentModeUpdate
+    )
+
+
+class _UntypedSessionNotification(msgspec.Struct, rename="camel"):
+    session_id: str
+    update: dict[str, Any]
+
+
+_typed_session_update_decoder = msgspec.json.Decoder(_TypedSessionNotification)
+_untyped_session_update_decoder = msgspec.json.Decoder(_UntypedSessionNotification)
+
+
+def decode_session_update(params: bytes | Any) -> tuple[str, SessionUpdate]:
+    """Decode the params of a ``session/update``: ``(session_id, update)``.
+
+    ``params`` is their JSON text (one pass when the update is a typed variant);
+    plain JSON values (a dict, as from a log) are accepted too, encoded first.
+    An update that is not one of the typed variants, or is one with a value or a
+    shape this version does not know, comes back as :class:`UnknownUpdate`;
+    unknown fields are ignored. Raises :class:`msgspec.ValidationError` /
+    :class:`msgspec.DecodeError` (or :class:`RecursionError` for JSON nested too
+    deep) only when the params are not a session update at all (no string
+    ``sessionId``, no ``update`` object with a ``sessionUpdate`` string).
+    """
+    if not isinstance(params, bytes | bytearray | memoryview | msgspec.Raw):
+        params = encoder.encode(params)
+    try:
+        typed = _typed_session_update_decoder.decode(params)
+    except msgspec.ValidationError:
+        untyped = _untyped_session_update_decoder.decode(params)
+        kind = untyped.update.get("sessionUpdate")
+        if not isinstance(kind, str):
+            why = "session/update without a `sessionUpdate` string"
+            raise msgspec.ValidationError(why) from None
+        return untyped.session_id, UnknownUpdate(kind, untyped.update)
+    return typed.session_id, typed.update
 
 
 # --------------------------------------------------------------------- codecs

@@ -26,17 +26,33 @@ from pathlib import Path
 from typing import Any, Final, Literal, TypeAlias
 
 import msgspec
-import trio
 
-from . import _workspace_fs
+from ._acp_fs import MAX_READ_BYTES, FileService
 from ._client import Client, Registration
 from ._errors import PermclientError, RequestError
 from ._handlers import PermissionHandler
-from ._messages import DECODE_ERRORS, ErrorCode
+from ._messages import ErrorCode
 from ._notifications import InboundNotification
-from ._wire import ContentBlock, TextContent, ToolCallUpdate
+from ._wire import (
+    AgentMessageChunk,
+    AgentThoughtChunk,
+    AvailableCommand,
+    AvailableCommandsUpdate,
+    ContentBlock,
+    CurrentModeUpdate,
+    Plan,
+    PlanEntry,
+    SessionUpdate,
+    TextContent,
+    ToolCallProgress,
+    ToolCallStarted,
+    UnknownUpdate,
+    UserMessageChunk,
+    decode_session_update,
+)
 
 __all__ = [
+    "MAX_READ_BYTES",
     "PROTOCOL_VERSION",
     "AcpAgent",
     "AcpSession",
@@ -46,6 +62,7 @@ __all__ = [
     "AvailableCommand",
     "AvailableCommandsUpdate",
     "CurrentModeUpdate",
+    "ElicitationAction",
     "ElicitationHandler",
     "ElicitationRequest",
     "ElicitationResponse",
@@ -55,6 +72,7 @@ __all__ = [
     "PlanEntry",
     "PromptResult",
     "SessionUpdate",
+    "StopReason",
     "ToolCallProgress",
     "ToolCallStarted",
     "UnknownUpdate",
@@ -67,11 +85,6 @@ log = logging.getLogger("permclient")
 PROTOCOL_VERSION: Final = 1
 """The ACP version this module speaks."""
 
-MAX_READ_BYTES: Final = 16 * 1024 * 1024
-"""``fs/read_text_file`` refuses files larger than this (an error response)."""
-
-_INVALID_PARAMS: Final = int(ErrorCode.INVALID_PARAMS)
-_INTERNAL_ERROR: Final = int(ErrorCode.INTERNAL_ERROR)
 
 # ------------------------------------------------------------------ initialize
 
@@ -116,142 +129,6 @@ class PromptResult(msgspec.Struct, rename="camel", omit_defaults=True):
     stop_reason: StopReason
 
 
-# -------------------------------------------------------------- session/update
-
-
-class _Update(msgspec.Struct, tag_field="sessionUpdate", rename="camel", omit_defaults=True):
-    """Base of the typed ``session/update`` variants (discriminated by ``sessionUpdate``)."""
-
-
-class UserMessageChunk(_Update, tag="user_message_chunk"):
-    """A piece of the user's message (e.g. replayed by ``session/load``)."""
-
-    content: ContentBlock
-
-
-class AgentMessageChunk(_Update, tag="agent_message_chunk"):
-    """A piece of the agent's reply; text chunks are Markdown."""
-
-    content: ContentBlock
-
-
-class AgentThoughtChunk(_Update, tag="agent_thought_chunk"):
-    """A piece of the agent's reasoning."""
-
-    content: ContentBlock
-
-
-class ToolCallStarted(ToolCallUpdate, tag="tool_call", tag_field="sessionUpdate"):
-    """A new tool call (``tool_call``): the fields of :class:`ToolCallUpdate`."""
-
-
-class ToolCallProgress(ToolCallUpdate, tag="tool_call_update", tag_field="sessionUpdate"):
-    """News of a tool call (``tool_call_update``): only the fields that changed."""
-
-
-class PlanEntry(msgspec.Struct, rename="camel", omit_defaults=True):
-    """One step of the agent's plan."""
-
-    content: str
-    priority: Literal["high", "medium", "low"]
-    status: Literal["pending", "in_progress", "completed"]
-
-
-class Plan(_Update, tag="plan"):
-    """The agent's whole current plan (each update replaces the last)."""
-
-    entries: list[PlanEntry]
-
-
-class AvailableCommand(msgspec.Struct, rename="camel", omit_defaults=True):
-    """A slash command the agent offers."""
-
-    name: str
-    description: str
-    input: Any = None
-
-
-class AvailableCommandsUpdate(_Update, tag="available_commands_update"):
-    """The commands the agent offers now."""
-
-    available_commands: list[AvailableCommand]
-
-
-class CurrentModeUpdate(_Update, tag="current_mode_update"):
-    """The session's mode changed."""
-
-    current_mode_id: str
-
-
-class UnknownUpdate(msgspec.Struct, frozen=True):
-    """A ``session/update`` this module does not type (a newer variant, or a known
-    one with values it does not know), passed on as decoded JSON: never an error."""
-
-    session_update: str
-    data: dict[str, Any]
-
-
-SessionUpdate: TypeAlias = (
-    UserMessageChunk
-    | AgentMessageChunk
-    | AgentThoughtChunk
-    | ToolCallStarted
-    | ToolCallProgress
-    | Plan
-    | AvailableCommandsUpdate
-    | CurrentModeUpdate
-    | UnknownUpdate
-)
-"""What :meth:`AcpSession.on_update` callbacks get."""
-
-
-class _TypedNotification(msgspec.Struct, rename="camel"):
-    session_id: str
-    update: (
-        UserMessageChunk
-        | AgentMessageChunk
-        | AgentThoughtChunk
-        | ToolCallStarted
-        | ToolCallProgress
-        | Plan
-        | AvailableCommandsUpdate
-        | CurrentModeUpdate
-    )
-
-
-class _UntypedNotification(msgspec.Struct, rename="camel"):
-    session_id: str
-    update: dict[str, Any]
-
-
-_typed_decoder: Final = msgspec.json.Decoder(_TypedNotification)
-_untyped_decoder: Final = msgspec.json.Decoder(_UntypedNotification)
-
-
-def decode_session_update(params: bytes | Any) -> tuple[str, SessionUpdate]:
-    """Decode the params of a ``session/update``: ``(session_id, update)``.
-
-    ``params`` is their JSON text, or the decoded JSON (as notification callbacks
-    get it).
-    An update that is not one of the typed variants comes back as
-    :class:`UnknownUpdate`. Raises :class:`msgspec.ValidationError` /
-    :class:`msgspec.DecodeError` only when the params are not a session update at
-    all (no ``sessionId``, no ``update`` object with a ``sessionUpdate`` string).
-    """
-    if not isinstance(params, bytes | bytearray | memoryview | msgspec.Raw):
-        params = msgspec.json.encode(params)  # rawInput is kept as JSON text
-    try:
-        typed = _typed_decoder.decode(params)
-    except msgspec.ValidationError:
-        untyped = _untyped_decoder.decode(params)
-        kind = untyped.update.get("sessionUpdate")
-        if not isinstance(kind, str):
-            why = "session/update without a `sessionUpdate` string"
-            raise msgspec.ValidationError(why) from None
-        return untyped.session_id, UnknownUpdate(kind, untyped.update)
-    return typed.session_id, typed.update
-
-
 # ------------------------------------------------------------------ elicitation
 
 
@@ -265,31 +142,19 @@ class ElicitationRequest(msgspec.Struct, rename="camel", omit_defaults=True):
     mode: str = "form"
 
 
+ElicitationAction: TypeAlias = Literal["accept", "decline", "cancel"]
+"""How an elicitation is answered."""
+
+
 class ElicitationResponse(msgspec.Struct, omit_defaults=True):
     """The answer: ``accept`` (with ``content``), ``decline`` or ``cancel``."""
 
-    action: Literal["accept", "decline", "cancel"]
+    action: ElicitationAction
     content: dict[str, Any] | None = None
 
 
 ElicitationHandler: TypeAlias = Callable[[ElicitationRequest], Awaitable[ElicitationResponse]]
 _CANCEL_ELICITATION: Final = ElicitationResponse("cancel")
-
-
-# -------------------------------------------------------------- file system
-
-
-class _ReadParams(msgspec.Struct, rename="camel"):
-    session_id: str
-    path: str
-    line: int | None = None
-    limit: int | None = None
-
-
-class _WriteParams(msgspec.Struct, rename="camel"):
-    session_id: str
-    path: str
-    content: str
 
 
 # ----------------------------------------------------------------- the agent
@@ -324,7 +189,7 @@ class AcpAgent:
         self.write_files = write_files
         self.elicitation = elicitation
         self.info: InitializeResult | None = None
-        self._roots: dict[str, Path] = {}
+        self._files = FileService()
         self._elicitation_handlers: dict[str, list[ElicitationHandler]] = {}
         self._registrations: list[Registration] = []
 
@@ -347,9 +212,13 @@ class AcpAgent:
         version other than 1, and what :meth:`Client.request` raises.
         """
         if self.read_files:
-            self._registrations.append(self.client.on_request("fs/read_text_file", self._read))
+            self._registrations.append(
+                self.client.on_request("fs/read_text_file", self._files.read)
+            )
         if self.write_files:
-            self._registrations.append(self.client.on_request("fs/write_text_file", self._write))
+            self._registrations.append(
+                self.client.on_request("fs/write_text_file", self._files.write)
+            )
         if self.elicitation:
             self._registrations.append(
                 self.client.on_request(
@@ -409,55 +278,10 @@ class AcpAgent:
         self._registrations.clear()
 
     def _session(self, session_id: str, root: Path) -> AcpSession:
-        self._roots[session_id] = root
+        self._files.add_session(session_id, root)
         return AcpSession(self, session_id, root)
 
     # ---------------------------------------------------------- capabilities
-
-    def _confined(self, session_id: str, path_text: str) -> tuple[Path, tuple[str, ...]]:
-        """The session's resolved directory and the parts of ``path_text`` below it."""
-        root = self._roots.get(session_id)
-        if root is None:
-            raise RequestError(_INVALID_PARAMS, f"unknown session {session_id!r}")
-        path = Path(path_text)
-        if not path.is_absolute():
-            raise RequestError(_INVALID_PARAMS, f"not an absolute path: {path_text!r}")
-        try:
-            resolved_root = root.resolve()
-        except (OSError, RuntimeError) as exc:
-            reason = _workspace_fs.escape_non_utf8(f"cannot resolve {root}: {exc}")
-            raise RequestError(_INTERNAL_ERROR, reason) from None
-        try:
-            return resolved_root, _workspace_fs.locate(resolved_root, path)
-        except _workspace_fs.Refused as exc:
-            raise _fs_error(exc) from None
-
-    async def _read(self, params: Any) -> dict[str, Any]:
-        request = _convert(params, _ReadParams)
-        root, parts = self._confined(request.session_id, request.path)
-        try:
-            data = await trio.to_thread.run_sync(
-                _workspace_fs.read_file, root, parts, MAX_READ_BYTES
-            )
-        except _workspace_fs.Refused as exc:
-            raise _fs_error(exc) from None
-        text = data.decode("utf-8", errors="replace")
-        if request.line is not None or request.limit is not None:
-            lines = text.splitlines(keepends=True)
-            start = max((request.line or 1) - 1, 0)
-            end = None if request.limit is None else start + max(request.limit, 0)
-            text = "".join(lines[start:end])
-        return {"content": text}
-
-    async def _write(self, params: Any) -> dict[str, Any]:
-        request = _convert(params, _WriteParams)
-        root, parts = self._confined(request.session_id, request.path)
-        data = request.content.encode("utf-8")
-        try:
-            await trio.to_thread.run_sync(_workspace_fs.replace_file, root, parts, data)
-        except _workspace_fs.Refused as exc:
-            raise _fs_error(exc) from None
-        return {}
 
     @contextmanager
     def _elicitation_handler(self, session_id: str, handler: ElicitationHandler) -> Iterator[None]:
@@ -560,10 +384,9 @@ class AcpSession:
         def typed(notification: InboundNotification) -> None:
             if notification.method != "session/update":
                 return
-            try:
-                _, update = decode_session_update(notification.params)
-            except DECODE_ERRORS as exc:
-                log.warning("unreadable session/update for %s skipped: %s", self.id, exc)
+            update = notification.update  # decoded once, shared with the tracker
+            if update is None:
+                log.warning("unreadable session/update for %s skipped", self.id)
                 return
             callback(update)
 
@@ -575,20 +398,3 @@ def _absolute(cwd: str | Path) -> Path:
     if not path.is_absolute():
         raise ValueError(f"an ACP session's cwd must be absolute, not {str(cwd)!r}")
     return path
-
-
-def _convert(params: Any, kind: type[Any]) -> Any:
-    try:
-        return msgspec.convert(params, kind)
-    except msgspec.ValidationError as exc:
-        raise RequestError(_INVALID_PARAMS, f"invalid params: {exc}") from None
-
-
-def _fs_error(refused: _workspace_fs.Refused) -> RequestError:
-    """A refusal as the error response: -32002 for no such file, -32603 when the
-    system failed, else -32602 (the request asks for what is not served)."""
-    if refused.kind == "missing":
-        return RequestError(ErrorCode.RESOURCE_NOT_FOUND, refused.reason)
-    if refused.kind == "failed":
-        return RequestError(_INTERNAL_ERROR, refused.reason)
-    return RequestError(_INVALID_PARAMS, refused.reason)

@@ -213,6 +213,34 @@ async def test_updates_reach_the_sessions_callback_in_order_even_before_it_exist
         assert len(seen) == len(UPDATES)
 
 
+async def test_on_update_gets_the_notifications_one_typed_update_and_skips_what_is_none(
+    tmp_path: Path,
+) -> None:
+    async with connected() as (agent, peer):
+        session = agent.session("s1", tmp_path)
+        seen: list[SessionUpdate] = []
+        shared: list[Any] = []
+        with (
+            session.on_update(seen.append),
+            agent.client.on_notification("session/update", lambda n: shared.append(n.update)),
+        ):
+            await peer.notify("session/update", {"sessionId": "s1", "update": {"no": "tag"}})
+            await peer.notify("session/update", {"sessionId": "s1", "update": "not an object"})
+            for update in UPDATES:
+                await peer.notify("session/update", _update("s1", update))
+            await trio.testing.wait_all_tasks_blocked()
+        assert len(seen) == len(UPDATES)
+        assert all(a is b for a, b in zip(seen, shared[2:], strict=True))  # one decode, shared
+        assert shared[:2] == [None, None]
+
+
+def test_the_session_update_types_are_the_sdks_own() -> None:
+    for name in permclient.acp.__all__:
+        assert getattr(permclient.acp, name) is not None
+    assert permclient.acp.ToolCallStarted is permclient._wire.ToolCallStarted
+    assert permclient.acp.decode_session_update is permclient._wire.decode_session_update
+
+
 # ------------------------------------------------------------------ prompt turns
 
 
@@ -506,7 +534,7 @@ async def test_a_read_larger_than_the_bound_is_refused_before_reading(
             "code": -32602,
             "message": f"{big} is larger than {MAX_READ_BYTES} bytes",
         }
-        monkeypatch.setattr(permclient.acp, "MAX_READ_BYTES", 4)
+        monkeypatch.setattr(permclient._acp_fs, "MAX_READ_BYTES", 4)
         (tmp_path / "five.txt").write_text("12345")
         params = {"sessionId": "s1", "path": str(tmp_path / "five.txt")}
         reply = await fs_call(peer, "fs/read_text_file", params)

@@ -11,19 +11,19 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from permclient import Diff, ToolCallState, ToolCallTracker, ToolCallUpdate
+from permclient import Diff, InboundNotification, ToolCallState, ToolCallTracker, ToolCallUpdate
 from permclient._tracker import DEFAULT_MAX_BYTES, _size
 
 RANK = {"pending": 0, "in_progress": 1, "completed": 2, "failed": 2}
 
 
-def _note(session: str, update_kind: str, **update: Any) -> bytes:
-    return msgspec.json.encode(
-        {
-            "sessionId": session,
-            "update": {"sessionUpdate": update_kind, "toolCallId": "c"} | update,
-        }
-    )
+def _note(session: str, update_kind: str, **update: Any) -> InboundNotification:
+    """A ``session/update`` as the client hands it to the tracker."""
+    params = {
+        "sessionId": session,
+        "update": {"sessionUpdate": update_kind, "toolCallId": "c"} | update,
+    }
+    return InboundNotification("session/update", msgspec.json.encode(params), session)
 
 
 @given(st.lists(st.sampled_from([*RANK, "bogus", None]), max_size=12))
@@ -32,7 +32,7 @@ def test_status_never_rewinds_and_final_is_final(statuses: list[str | None]) -> 
     shown = []
     for status in statuses:
         fields = {} if status is None else {"status": status}
-        state = tracker.apply_notification(_note("s", "tool_call_update", **fields))
+        state = tracker.apply(_note("s", "tool_call_update", **fields))
         assert state is not None
         shown.append(state.status)
     ranks = [RANK[s] for s in shown]
@@ -43,8 +43,8 @@ def test_status_never_rewinds_and_final_is_final(statuses: list[str | None]) -> 
 
 def test_sessions_are_kept_apart_and_details_merge() -> None:
     tracker = ToolCallTracker()
-    tracker.apply_notification(_note("a", "tool_call", title="ls", kind="execute"))
-    tracker.apply_notification(
+    tracker.apply(_note("a", "tool_call", title="ls", kind="execute"))
+    tracker.apply(
         _note(
             "b",
             "tool_call",
@@ -66,7 +66,7 @@ def test_sessions_are_kept_apart_and_details_merge() -> None:
 def test_awaiting_approval_counts_overlapping_requests() -> None:
     tracker = ToolCallTracker()
     update = ToolCallUpdate(tool_call_id="c", title="rm", status="pending")
-    tracker.apply_notification(_note("s", "tool_call", title="rm"))
+    tracker.apply(_note("s", "tool_call", title="rm"))
     tracker.begin_approval("s", update)
     tracker.begin_approval("s", update)
     state = tracker.get("s", "c")
@@ -96,7 +96,7 @@ def test_a_call_known_only_from_pending_requests_reads_like_any_other() -> None:
 def test_an_update_for_a_call_held_from_its_request_folds_into_it() -> None:
     tracker = ToolCallTracker()
     tracker.begin_approval("s", ToolCallUpdate(tool_call_id="c", title="write a.py"))
-    folded = tracker.apply_notification(_note("s", "tool_call_update", status="in_progress"))
+    folded = tracker.apply(_note("s", "tool_call_update", status="in_progress"))
     assert folded is not None and folded is tracker.get("s", "c")
     assert (folded.title, folded.status, folded.awaiting_approval) == (
         "write a.py",
@@ -109,7 +109,7 @@ def test_an_update_for_a_call_held_from_its_request_folds_into_it() -> None:
 
 def test_listing_a_session_shows_calls_held_from_their_requests_in_order() -> None:
     tracker = ToolCallTracker()
-    tracker.apply_notification(_note("s", "tool_call", title="first"))  # toolCallId "c"
+    tracker.apply(_note("s", "tool_call", title="first"))  # toolCallId "c"
     tracker.begin_approval("s", ToolCallUpdate(tool_call_id="asked", title="second"))
     assert [(s.tool_call_id, s.title, s.awaiting_approval) for s in tracker.session("s")] == [
         ("c", "first", False),
@@ -120,11 +120,38 @@ def test_listing_a_session_shows_calls_held_from_their_requests_in_order() -> No
 
 def test_updates_that_are_not_tool_calls_or_unreadable_are_ignored() -> None:
     tracker = ToolCallTracker()
-    assert tracker.apply_notification(_note("s", "agent_message_chunk")) is None
-    assert tracker.apply_notification(b"[1, 2]") is None
+    assert tracker.apply(_note("s", "agent_message_chunk")) is None
+    assert tracker.apply(InboundNotification("session/update", b"[1, 2]", None)) is None
+    assert tracker.apply(InboundNotification("session/update", b"{not json", None)) is None
+    assert tracker.apply_notification(b"[1, 2]") is None  # the tracker used on its own
     assert tracker.apply_notification(b"{not json") is None
-    odd = tracker.apply_notification(_note("s", "tool_call", content=[{"type": "hologram"}]))
-    assert odd is not None and odd.content is None  # unknown content kept out, status still folded
+    other = InboundNotification("other/method", _note("s", "tool_call").raw, "s")
+    assert tracker.apply(other) is None and tracker.get("s", "c") is None
+
+
+def test_a_tool_call_update_that_does_not_type_still_folds_what_reads() -> None:
+    tracker = ToolCallTracker()
+    odd = tracker.apply(
+        _note(
+            "s",
+            "tool_call",
+            title="odd",
+            kind="teleport",
+            status="in_progress",
+            content=[{"type": "hologram"}],
+            locations=[{"path": "/w/x", "line": 3}],
+            rawInput={"command": "beam"},
+        )
+    )
+    assert odd is not None and odd.content is None  # unknown content kept out ...
+    assert (odd.title, odd.kind, odd.status) == (
+        "odd",
+        "teleport",
+        "in_progress",
+    )  # ... the rest in
+    assert odd.locations is not None and odd.locations[0].line == 3
+    assert odd.raw_input == {"command": "beam"}
+    assert tracker.held_bytes == _counted(tracker)
 
 
 def test_memory_is_bounded_but_calls_awaiting_approval_are_kept() -> None:
@@ -161,7 +188,7 @@ def test_sessions_are_bounded_but_one_awaiting_approval_is_kept() -> None:
 def test_a_call_known_only_from_permission_requests_is_forgotten_once_answered() -> None:
     tracker = ToolCallTracker()
     tracker.begin_approval("s", ToolCallUpdate(tool_call_id="asked-only"))
-    tracker.apply_notification(_note("s", "tool_call", title="announced"))  # toolCallId "c"
+    tracker.apply(_note("s", "tool_call", title="announced"))  # toolCallId "c"
     tracker.begin_approval("s", ToolCallUpdate(tool_call_id="c"))
     tracker.end_approval("s", "asked-only")
     tracker.end_approval("s", "c")
@@ -187,9 +214,7 @@ def test_a_hundred_updates_with_megabyte_titles_stay_within_the_byte_budget() ->
     tracker = ToolCallTracker()  # the default budget, 64 MiB
     title = "x" * (1024 * 1024)
     for n in range(100):
-        state = tracker.apply_notification(
-            _note("s", "tool_call", toolCallId=f"c{n}", title=f"{n}{title}")
-        )
+        state = tracker.apply(_note("s", "tool_call", toolCallId=f"c{n}", title=f"{n}{title}"))
         assert state is not None and state.title is not None  # the newest is kept whole
     assert tracker.held_bytes == _counted(tracker)
     assert tracker.held_bytes <= DEFAULT_MAX_BYTES
@@ -215,7 +240,7 @@ def test_every_field_a_peer_fills_counts_against_the_budget(big: dict[str, Any])
         fields = {"toolCallId": f"c{n}", **big}
         if "toolCallId" in big:
             fields["toolCallId"] = f"{n}{big['toolCallId']}"
-        assert tracker.apply_notification(_note(f"s{n % 3}", "tool_call", **fields)) is not None
+        assert tracker.apply(_note(f"s{n % 3}", "tool_call", **fields)) is not None
         assert tracker.held_bytes == _counted(tracker)
         assert tracker.held_bytes <= 200_000 * 5 // 4
 
@@ -223,13 +248,18 @@ def test_every_field_a_peer_fills_counts_against_the_budget(big: dict[str, Any])
 def test_calls_awaiting_approval_keep_only_their_status_when_over_budget() -> None:
     tracker = ToolCallTracker(max_bytes=100_000)
     for n in range(5):
-        tracker.apply_notification(_note("s", "tool_call", toolCallId=f"a{n}", title="asked"))
+        tracker.apply(_note("s", "tool_call", toolCallId=f"a{n}", title="asked"))
         tracker.begin_approval("s", ToolCallUpdate(tool_call_id=f"a{n}"))
     for n in range(5):
-        update = _note("s", "tool_call_update", toolCallId=f"a{n}", status="in_progress")
-        big = msgspec.json.decode(update)
-        big["update"]["title"] = "t" * 40_000
-        state = tracker.apply_notification(msgspec.json.encode(big))
+        state = tracker.apply(
+            _note(
+                "s",
+                "tool_call_update",
+                toolCallId=f"a{n}",
+                status="in_progress",
+                title="t" * 40_000,
+            )
+        )
         assert state is not None and state.status == "in_progress"
         assert tracker.held_bytes == _counted(tracker) <= 100_000
     states = [tracker.get("s", f"a{n}") for n in range(5)]
@@ -257,7 +287,7 @@ def test_the_byte_count_is_exact_and_bounded_whatever_happens(
     for action, session, call, size in steps:
         sid, cid = f"s{session}", f"c{call}"
         if action == "note":
-            tracker.apply_notification(_note(sid, "tool_call", toolCallId=cid, title="t" * size))
+            tracker.apply(_note(sid, "tool_call", toolCallId=cid, title="t" * size))
         elif action == "typed":
             tracker.apply_update(sid, ToolCallUpdate(tool_call_id=cid, title="u" * size))
         elif action == "ask":
@@ -304,7 +334,7 @@ def test_content_that_decodes_into_many_objects_is_held_within_the_budget(meta: 
     try:
         before = tracemalloc.get_traced_memory()[0]
         for n in range(40):
-            tracker.apply_notification(_bomb_note(n, meta))
+            tracker.apply(_bomb_note(n, meta))
         held = tracemalloc.get_traced_memory()[0] - before
     finally:
         tracemalloc.stop()
@@ -315,7 +345,7 @@ def test_content_that_decodes_into_many_objects_is_held_within_the_budget(meta: 
 def test_astral_text_counts_at_its_size_in_memory_not_in_characters() -> None:
     tracker = ToolCallTracker()
     title = "\U0001f600" * 100_000  # 4 bytes a character in memory, 4 in UTF-8
-    state = tracker.apply_notification(_note("s", "tool_call", title=title))
+    state = tracker.apply(_note("s", "tool_call", title=title))
     assert state is not None
     assert tracker.held_bytes >= 4 * len(title)
 

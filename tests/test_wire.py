@@ -12,7 +12,7 @@ import json
 from collections.abc import Callable, Iterator
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import jsonschema
 import msgspec
@@ -27,14 +27,19 @@ from permclient._wire import (
     EmbeddedResource,
     ImageContent,
     PermissionOption,
+    PermissionOptionKind,
     PermissionRequest,
     PermissionResponse,
+    PlanEntryPriority,
+    PlanEntryStatus,
     ResourceLink,
     Selected,
     Terminal,
     TextContent,
     ToolCallLocation,
+    ToolCallStatus,
     ToolCallUpdate,
+    ToolKind,
     cancel_params_decoder,
     decision_decoder,
     encoder,
@@ -705,3 +710,22 @@ def test_raw_input_that_is_not_json_fails_closed() -> None:
     )
     with pytest.raises(msgspec.DecodeError):
         PermissionRequest.from_json(frame)
+
+
+# ------------------------------------------------------------------ literal types
+
+
+@pytest.mark.parametrize(
+    ("alias", "def_name"),
+    [
+        (ToolKind, "ToolKind"),
+        (ToolCallStatus, "ToolCallStatus"),
+        (PermissionOptionKind, "PermissionOptionKind"),
+        (PlanEntryPriority, "PlanEntryPriority"),
+        (PlanEntryStatus, "PlanEntryStatus"),
+    ],
+    ids=lambda value: value if isinstance(value, str) else "",
+)
+def test_each_exported_literal_type_is_exactly_the_schemas_enum(alias: Any, def_name: str) -> None:
+    consts = {variant["const"] for variant in _schema_defs()[def_name]["oneOf"]}
+    assert set(get_args(alias)) == consts

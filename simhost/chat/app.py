@@ -56,12 +56,13 @@ from permclient import (
     Selected,
 )
 from simhost._digits import small_number
+from simhost._updates import message_text, tool_report
 
 from .approvals import Approval, ApprovalQueue
 from .backends import Backend, BridgeBackend, Unsupported
 from .card import KEYED_OPTIONS, PermissionCard, option_label, session_label
 from .keys import Key, LineEditor
-from .protocol import InitializeResult, UpdateBody, parse_session_update
+from .protocol import InitializeResult
 from .render import (
     banner,
     busy_line,
@@ -88,7 +89,6 @@ _CONFIRM_CHARS: Final = 120  # of the option's name on the confirmation line
 _MAX_PARTIAL: Final = 4000
 _MAX_CANDIDATES: Final = 5
 _VIEW_CARD: Final = Key("char", "v")
-_TOOL_UPDATES: Final = frozenset({"tool_call", "tool_call_update"})
 
 InputMode = Literal["keys", "lines"]
 
@@ -655,17 +655,17 @@ class ChatApp:
     # ------------------------------------------------------------ notifications
 
     def _on_notification(self, notification: InboundNotification) -> None:
-        if notification.method != "session/update":
+        session_id = notification.session_id
+        update = notification.update  # typed once, shared with client.tool_calls
+        if update is None or session_id is None:
             return
-        parsed = parse_session_update(notification.params)
-        if parsed is None:
-            return
-        session_id, body = parsed.session_id, parsed.update
-        if body.session_update == "agent_message_chunk":
-            if body.text:
-                self._stream(session_id, body.text)
-        elif body.session_update in _TOOL_UPDATES:
-            self._tool_event(session_id, body)
+        text = message_text(update)
+        report = tool_report(update)
+        if text is not None:
+            if text:
+                self._stream(session_id, text)
+        elif report is not None:
+            self._tool_event(session_id, report.tool_call_id, report.simhost_meta)
         else:
             return
         self._sync()
@@ -686,12 +686,8 @@ class ChatApp:
         if rest:
             self.screen.print(self._agent_line(session_id, rest))
 
-    def _tool_event(self, session_id: str, body: UpdateBody) -> None:
-        tool_call_id = body.tool_call_id
-        if not tool_call_id:
-            return
+    def _tool_event(self, session_id: str, tool_call_id: str, meta: dict[str, Any]) -> None:
         key = (session_id, tool_call_id)
-        meta = body.simhost_meta
         if meta:
             self._tool_meta[key] = meta
         # A tool call ends the message streamed before it: later text starts a new line.
@@ -1049,3 +1045,4 @@ def _key_name(key: Key) -> str:
 def _typed(text: str) -> str:
     """The prompt line as one line: a pasted line break shown as ``⏎``, the rest escaped."""
     return one_line(text.replace("\n", "⏎"))
+

@@ -1,8 +1,8 @@
 """What the chat reads from a bridge runtime, typed once at the edge.
 
-Results of the editor's requests (docs/bridge-protocol.md) and the parts of
-``session/update`` the chat shows. These Structs are lenient on purpose:
-unknown fields are ignored and most fields have defaults, so another bridge
+Results of the editor's requests (docs/bridge-protocol.md); ``session/update``
+is typed by permclient (``InboundNotification.update``). These Structs are
+lenient on purpose: unknown fields are ignored and most fields have defaults, so another bridge
 runtime (``--runtime-cmd``) that adds or omits a detail still works; a result
 that does not fit at all raises :class:`permclient.RemoteProtocolError` from
 ``client.request(..., result_type=...)``.
@@ -26,10 +26,7 @@ __all__ = [
     "SessionListResult",
     "SessionNewResult",
     "SessionSummary",
-    "SessionUpdate",
     "SetPermissionResult",
-    "UpdateBody",
-    "parse_session_update",
 ]
 
 
@@ -128,49 +125,3 @@ class ChatSendResult(msgspec.Struct, rename="camel"):
     """Result of ``chatSend``."""
 
     stop_reason: str = "end_turn"
-
-
-class UpdateBody(msgspec.Struct, rename="camel"):
-    """The ``update`` of a ``session/update``: only what the chat shows."""
-
-    session_update: str
-    content: Any = None
-    tool_call_id: str | None = None
-    title: str | None = None
-    status: str | None = None
-    raw_output: Any = None
-    meta: Any = msgspec.field(default=None, name="_meta")
-
-    @property
-    def text(self) -> str | None:
-        """The text of a message chunk (``content: {type: text, text}``), if any."""
-        content = self.content
-        if isinstance(content, dict) and content.get("type") == "text":
-            text = content.get("text")
-            return text if isinstance(text, str) else None
-        return None
-
-    @property
-    def simhost_meta(self) -> dict[str, Any]:
-        """``_meta.simhost`` (``decidedBy``, ``decision``, ``optionId``) or ``{}``."""
-        meta = self.meta
-        if isinstance(meta, dict):
-            inner = meta.get("simhost")
-            if isinstance(inner, dict):
-                return inner
-        return {}
-
-
-class SessionUpdate(msgspec.Struct, rename="camel"):
-    """Params of a ``session/update`` notification."""
-
-    session_id: str
-    update: UpdateBody
-
-
-def parse_session_update(params: Any) -> SessionUpdate | None:
-    """Read decoded ``session/update`` params; ``None`` if they do not fit (never raises)."""
-    try:
-        return msgspec.convert(params, SessionUpdate)
-    except msgspec.ValidationError:
-        return None

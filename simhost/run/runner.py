@@ -73,6 +73,7 @@ from permclient import (
     PermissionRequest,
     Selected,
 )
+from simhost._updates import message_text, tool_report
 from simhost.chat.backends import AcpBackend, Backend, BridgeBackend
 
 from .scenario import (
@@ -641,33 +642,21 @@ class _Session:
 
     def on_notification(self, notification: InboundNotification) -> None:
         """Session callback (in permclient's reader): reply text and tool reports."""
-        params = notification.params
-        if notification.method != "session/update" or not isinstance(params, dict):
+        update = notification.update  # typed once, shared with client.tool_calls
+        if update is None:
             return
-        update = params.get("update")
-        if not isinstance(update, dict):
-            return
-        kind = update.get("sessionUpdate")
         turn = self.turn
-        if kind == "agent_message_chunk":
-            content = update.get("content")
-            if turn is not None and isinstance(content, dict) and content.get("type") == "text":
-                text = content.get("text")
-                if isinstance(text, str):
-                    turn.reply.append(text)
-        elif kind in ("tool_call", "tool_call_update"):
-            tool_call_id = update.get("toolCallId")
-            if isinstance(tool_call_id, str) and tool_call_id:
-                if turn is not None:
-                    turn.see_tool(tool_call_id)
-                status = update.get("status")
-                title = update.get("title")
-                self.run.ledger.tool_reported(
-                    self.id,
-                    tool_call_id,
-                    title if isinstance(title, str) else "",
-                    status if isinstance(status, str) else "",
-                )
+        text = message_text(update)
+        report = tool_report(update)
+        if text is not None:
+            if turn is not None and text:
+                turn.reply.append(text)
+        elif report is not None:
+            if turn is not None:
+                turn.see_tool(report.tool_call_id)
+            self.run.ledger.tool_reported(
+                self.id, report.tool_call_id, report.title or "", report.status or ""
+            )
         self.changed()
 
     def settled(self, client: Client, turn: _Turn) -> bool:

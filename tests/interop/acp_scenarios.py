@@ -29,6 +29,7 @@ import trio
 
 import permclient
 from permclient import Cancelled, Diff, InboundNotification, PermissionRequest, Selected
+from permclient.acp import SessionUpdate, ToolCallProgress, ToolCallStarted
 
 AGENT_LOG_ENV = "PERMCLIENT_AGENT_LOG"
 CANCELLED = {"outcome": {"outcome": "cancelled"}}
@@ -248,22 +249,22 @@ class Session:
         self.client = client
         self.id = session_id
         self.cwd = cwd
-        self.updates: list[dict[str, Any]] = []
+        self.updates: list[SessionUpdate] = []
         self.foreign: list[InboundNotification] = []
         client.on_session_notification(session_id, self._on_notification)
 
     def _on_notification(self, notification: InboundNotification) -> None:
         if notification.session_id != self.id:
             self.foreign.append(notification)
-        elif notification.method == "session/update":
-            self.updates.append(notification.params["update"])
+        elif notification.update is not None:
+            self.updates.append(notification.update)  # the decode the tracker made
 
     def tool_statuses(self) -> dict[str, list[str]]:
         """toolCallId -> the statuses the agent reported for it, in order."""
         statuses: dict[str, list[str]] = {}
         for u in self.updates:
-            if u["sessionUpdate"] in {"tool_call", "tool_call_update"} and "status" in u:
-                statuses.setdefault(u["toolCallId"], []).append(u["status"])
+            if isinstance(u, ToolCallStarted | ToolCallProgress) and u.status is not None:
+                statuses.setdefault(u.tool_call_id, []).append(u.status)
         return statuses
 
     async def prompt(self, *blocks: str) -> Any:
@@ -535,8 +536,9 @@ async def run_big_diff(
         session = run.session = await new_session(client, workdir / "ws")
         with client.permission_handler(session.id, handler):
             run.result = await session.prompt(f"bigwrite big.txt {size}")
-        (announce,) = [u for u in session.updates if u["sessionUpdate"] == "tool_call"]
-        run.update_digest = digest(announce["content"][0]["newText"])
+        (announce,) = [u for u in session.updates if isinstance(u, ToolCallStarted)]
+        assert announce.content is not None and isinstance(announce.content[0], Diff)
+        run.update_digest = digest(announce.content[0].new_text)
     big = session.cwd / "big.txt"
     run.file_digest = digest(big.read_bytes()) if big.exists() else None
     run.log = AgentLog.read(log_path)
