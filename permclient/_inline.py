@@ -83,6 +83,10 @@ class Relay(Generator[Any, Any, Any]):
     def send(self, value: Any) -> Any:
         yielded = self._yielded
         if yielded is not _PASSED:
+            # From here on the task is the handler's: trio runs each of its steps
+            # in the handler's context (and trio.from_thread can swap it, as in
+            # any task).
+            trio.lowlevel.current_task().context = self._context
             self._yielded = _PASSED
             return yielded
         return self._step(self._coro.send, value)
@@ -92,7 +96,7 @@ class Relay(Generator[Any, Any, Any]):
 
     def _step(self, call: Callable[[Any], Any], arg: Any) -> Any:
         try:
-            return self._context.run(call, arg)
+            return call(arg)
         except StopIteration:
             self._scope.__exit__(None, None, None)
             raise

@@ -493,14 +493,17 @@ def test_a_submitted_task_that_never_ends_does_not_keep_close_waiting() -> None:
     peer.close()
 
 
-@pytest.mark.parametrize("wake_up_first", [False, True], ids=["cancel-first", "wake-up-first"])
-def test_a_click_that_a_withdrawal_overtakes_reads_withdrawn(wake_up_first: bool) -> None:
-    """B3: the runtime gets `cancelled`, so the handle says withdrawn and on_cancelled runs.
+@pytest.mark.parametrize("click_first", [False, True], ids=["cancel-first", "click-first"])
+def test_a_click_and_a_withdrawal_racing_give_the_first_to_reach_the_trio_side(
+    click_first: bool,
+) -> None:
+    """B3: whichever reaches the trio thread first decides, and the handle agrees.
 
     The trio thread is held (a submitted task blocking on an Event, no sleep) while
-    the user clicks, so the click's wake-up and the withdrawal reach the trio side
-    in a fixed order: the withdrawal before the wake-up is processed, or right
-    after it (queued behind it), before the woken handler runs.
+    the user clicks, so the click's delivery and the withdrawal reach the trio side
+    in a fixed order: the withdrawal before the click's delivery is processed (the
+    runtime gets `cancelled`, the handle reads withdrawn and on_cancelled runs), or
+    queued behind it (the click was first: the runtime gets the human's choice).
     """
     with connected() as (client, peer):
         cards = Cards()
@@ -513,7 +516,7 @@ def test_a_click_that_a_withdrawal_overtakes_reads_withdrawn(wake_up_first: bool
                 holding.set()
                 assert release.wait(TIMEOUT_S)  # blocks the trio thread on purpose
                 withdraw = functools.partial(client.client.cancel_permissions, "s")
-                if wake_up_first:
+                if click_first:
                     trio.lowlevel.current_trio_token().run_sync_soon(withdraw)
                 else:
                     withdraw()
@@ -523,10 +526,15 @@ def test_a_click_that_a_withdrawal_overtakes_reads_withdrawn(wake_up_first: bool
             assert handle.answer(Selected("allow")) is True  # accepted for delivery
             release.set()
             held.result(TIMEOUT_S)
-            assert peer.receive() == {"jsonrpc": "2.0", "id": 1, "result": CANCELLED}
-            assert cards.withdrawn.get(timeout=TIMEOUT_S) is handle
-            assert handle.withdrawn and handle.done
-            assert handle.decision == Cancelled()
+            if click_first:
+                assert peer.receive() == {"jsonrpc": "2.0", "id": 1, "result": selected("allow")}
+                assert not handle.withdrawn and handle.done
+                assert handle.decision == Selected("allow")
+            else:
+                assert peer.receive() == {"jsonrpc": "2.0", "id": 1, "result": CANCELLED}
+                assert cards.withdrawn.get(timeout=TIMEOUT_S) is handle
+                assert handle.withdrawn and handle.done
+                assert handle.decision == Cancelled()
             assert handle.answer(Selected("allow")) is False
             assert_nothing_more(peer)
 

@@ -12,13 +12,11 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-import math
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import TypeAlias
 
-import trio
-
+from .._handlers import Deferred, Question, WithdrawnBy, deferred
 from .._wire import Cancelled, Decision, PermissionRequest, Selected
 
 __all__ = [
@@ -70,7 +68,7 @@ class PermissionHandle:
     )
 
     def __init__(
-        self, request: PermissionRequest, deliver: Callable[[], None], dispatch: Dispatch
+        self, request: PermissionRequest, deliver: Callable[[], object], dispatch: Dispatch
     ) -> None:
         self.request = request
         self._offered = frozenset(option.option_id for option in request.options)
@@ -201,45 +199,39 @@ def handler_for(
     dispatch: Dispatch,
     soon: Callable[[Callable[[], object]], object],
     open_handles: set[PermissionHandle],
-) -> Callable[[PermissionRequest], Awaitable[Decision]]:
-    """The trio permission handler that asks ``fn`` through a :class:`PermissionHandle`.
+) -> Deferred:
+    """The deferred permission handler that asks ``fn`` through a :class:`PermissionHandle`.
 
     ``dispatch`` runs ``fn(handle)`` (and ``on_cancelled`` callbacks) on the host's
     thread; ``soon`` runs a callable on the trio thread from any thread (a no-op
     once the run is over). Each open handle is in ``open_handles`` while its
-    question waits.
+    question waits. No task waits for the answer: it reaches the question through
+    ``soon``, and a withdrawal reaches the handle through the question.
     """
 
-    async def handler(request: PermissionRequest) -> Decision:
-        arrived = trio.Event()
+    def ask(question: Question) -> None:
+        handle = PermissionHandle(question.request, lambda: soon(deliver), dispatch)
 
-        def deliver() -> None:
-            soon(arrived.set)  # a finished run answered it already
-
-        handle = PermissionHandle(request, deliver, dispatch)
-        open_handles.add(handle)
-        try:
-            try:
-                dispatch(functools.partial(call_handler, fn, handle))
-            except Exception:
-                log.exception("dispatch failed; permission answered cancelled")
-                handle.cancel()
-            if handle.decision is None:
-                await arrived.wait()
-            if trio.current_effective_deadline() == -math.inf:
-                # Withdrawn as the answer arrived (the wake-up won the race, the
-                # cancel came with it): the runtime gets `cancelled`, so must the host.
-                handle._withdraw()
-                return Cancelled()
-            decision = handle._take()
-            return decision if decision is not None else Cancelled()
-        except BaseException:
-            handle._withdraw()  # cancelled: by the peer, the turn or teardown
-            raise
-        finally:
+        def deliver() -> None:  # on the trio thread: the host answered
             open_handles.discard(handle)
+            if question.done:
+                return  # withdrawn first: the handle was told then
+            decision = handle._take()
+            question.answer(decision if decision is not None else Cancelled())
 
-    return handler
+        def withdrawn(by: WithdrawnBy) -> None:
+            open_handles.discard(handle)
+            handle._withdraw()
+
+        open_handles.add(handle)
+        question.on_withdraw(withdrawn)
+        try:
+            dispatch(functools.partial(call_handler, fn, handle))
+        except Exception:
+            log.exception("dispatch failed; permission answered cancelled")
+            handle.cancel()
+
+    return deferred(ask)
 
 
 def withdraw_all(handles: set[PermissionHandle]) -> None:

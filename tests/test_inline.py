@@ -1,54 +1,21 @@
-"""start(): a handler's cancel scope, entered only if the handler blocks.
-
-Every case runs twice: with the splice (the fast path) and with it switched off
-(the plain ``with scope:`` path), and must behave the same either way.
-"""
+"""start(): an async handler runs inside its cancel scope, entered before it starts,
+in the calling task until it first blocks; the relay runs the rest."""
 
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import trio
 import trio.testing
 
-from permclient import _lazy_scope
-from permclient._lazy_scope import start
+from permclient._inline import UNANSWERED, start
 
 
-@pytest.fixture(params=["splice", "plain"], autouse=True)
-def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    if request.param == "plain":
-        monkeypatch.setattr(_lazy_scope, "SPLICE_SUPPORTED", False)
-    yield request.param
-
-
-def test_this_trio_supports_the_splice() -> None:
-    # If a trio upgrade removes the internals, the fast path silently turns off;
-    # this makes that visible instead.
-    assert _lazy_scope._splice_supported()
-
-
-class Owner:
-    """Owns one scope, made on first use (like the client's per-request state)."""
-
-    def __init__(self, scope: trio.CancelScope | None = None) -> None:
-        self._scope = scope
-        self.asked = False
-
-    @property
-    def scope(self) -> trio.CancelScope:
-        self.asked = True
-        if self._scope is None:
-            self._scope = trio.CancelScope()
-        return self._scope
-
-
-async def scoped(owner: Owner, awaitable: Any) -> Any:
+async def scoped(scope: trio.CancelScope, awaitable: Any) -> Any:
     """What the client does: start it here; if it blocked, await the rest."""
-    finished, outcome = start(owner, lambda _: awaitable, None)
+    finished, outcome = start(scope, lambda _: awaitable, None)
     return outcome if finished else await outcome
 
 
@@ -61,13 +28,13 @@ def was_entered(scope: trio.CancelScope) -> bool:
     return False
 
 
-async def test_a_handler_that_never_blocks_answers_without_entering_the_scope(path: str) -> None:
+async def test_a_handler_that_never_blocks_answers_at_once_and_leaves_its_scope() -> None:
     async def handler() -> str:
         return "allow"
 
-    owner = Owner()
-    assert await scoped(owner, handler()) == "allow"
-    assert owner.asked is (path == "plain")
+    scope = trio.CancelScope()
+    assert await scoped(scope, handler()) == "allow"
+    assert was_entered(scope)  # entered, and left: it cannot be entered again
 
 
 async def test_a_handler_that_blocks_returns_its_result() -> None:
@@ -77,7 +44,7 @@ async def test_a_handler_that_blocks_returns_its_result() -> None:
         return "allow"
 
     scope = trio.CancelScope()
-    assert await scoped(Owner(scope), handler()) == "allow"
+    assert await scoped(scope, handler()) == "allow"
     assert was_entered(scope)
     assert not scope.cancelled_caught
 
@@ -91,7 +58,7 @@ async def test_values_sent_into_a_blocked_handler_reach_it() -> None:
     scope = trio.CancelScope()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(send.send, "allow")
-        assert await scoped(Owner(scope), handler()) == "allow!"
+        assert await scoped(scope, handler()) == "allow!"
 
 
 async def test_cancelling_the_scope_cancels_a_blocked_handler_and_runs_its_cleanup() -> None:
@@ -107,7 +74,7 @@ async def test_cancelling_the_scope_cancels_a_blocked_handler_and_runs_its_clean
     scope = trio.CancelScope()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(lambda: _cancel_soon(scope))
-        assert await scoped(Owner(scope), handler()) is None
+        assert await scoped(scope, handler()) is UNANSWERED
     assert scope.cancelled_caught
     assert cleaned_up == [True]
 
@@ -128,7 +95,7 @@ async def test_a_scope_cancelled_before_the_handler_blocks_cancels_it_at_its_fir
 
     scope = trio.CancelScope()
     scope.cancel()
-    assert await scoped(Owner(scope), handler()) is None
+    assert await scoped(scope, handler()) is UNANSWERED
     assert scope.cancelled_caught
     assert reached == ["before"]
 
@@ -145,7 +112,7 @@ async def test_a_handler_blocked_inside_its_own_scope_is_cancelled_through_it() 
     scope = trio.CancelScope()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(lambda: _cancel_soon(scope))
-        assert await scoped(Owner(scope), handler()) is None
+        assert await scoped(scope, handler()) is UNANSWERED
     assert scope.cancelled_caught
     assert not inner[0].cancelled_caught  # the cancellation was ours, not its timeout
 
@@ -170,7 +137,7 @@ async def test_a_handler_blocked_in_nested_scopes_and_a_nursery_is_cancelled_who
     scope = trio.CancelScope()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(lambda: _cancel_soon(scope))
-        assert await scoped(Owner(scope), handler()) is None
+        assert await scoped(scope, handler()) is UNANSWERED
     assert scope.cancelled_caught
     assert child_cancelled == [True]
 
@@ -195,7 +162,7 @@ async def test_a_handler_whose_own_timeout_fires_goes_on_and_can_still_be_cancel
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(cancel_later)
-        assert await scoped(Owner(scope), handler()) is None
+        assert await scoped(scope, handler()) is UNANSWERED
     assert steps == [("own timeout caught", True)]
     assert scope.cancelled_caught
 
@@ -209,7 +176,7 @@ async def test_a_handler_whose_own_timeout_fires_returns_what_it_returns(
         return "timed out: deny"
 
     scope = trio.CancelScope()
-    assert await scoped(Owner(scope), handler()) == "timed out: deny"
+    assert await scoped(scope, handler()) == "timed out: deny"
     assert not scope.cancelled_caught
 
 
@@ -223,7 +190,7 @@ async def test_an_outer_cancellation_passes_through_and_is_not_caught_by_the_sco
     with trio.CancelScope() as outer:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(lambda: _cancel_soon(outer))
-            await scoped(Owner(scope), handler())
+            await scoped(scope, handler())
     assert outer.cancelled_caught
     assert not scope.cancelled_caught
 
@@ -239,7 +206,7 @@ async def test_an_exception_from_the_handler_propagates(blocks_first: bool) -> N
 
     scope = trio.CancelScope()
     with pytest.raises(ValueError, match="bad handler"):
-        await scoped(Owner(scope), handler())
+        await scoped(scope, handler())
 
 
 async def test_an_awaitable_that_is_not_a_coroutine_runs_inside_the_scope() -> None:
@@ -249,14 +216,14 @@ async def test_an_awaitable_that_is_not_a_coroutine_runs_inside_the_scope() -> N
             return "allow"
 
     scope = trio.CancelScope()
-    assert await scoped(Owner(scope), Ready()) == "allow"
+    assert await scoped(scope, Ready()) == "allow"
     assert was_entered(scope)
 
 
 async def test_something_not_awaitable_raises_type_error() -> None:
     scope = trio.CancelScope()
     with pytest.raises(TypeError):
-        await scoped(Owner(scope), "allow")  # type: ignore[arg-type]
+        await scoped(scope, "allow")  # type: ignore[arg-type]
 
 
 async def test_the_task_is_left_in_its_own_cancel_scope_afterwards() -> None:
@@ -267,7 +234,7 @@ async def test_the_task_is_left_in_its_own_cancel_scope_afterwards() -> None:
             await trio.lowlevel.checkpoint()
         return "allow"
 
-    assert await scoped(Owner(), handler()) == "allow"
+    assert await scoped(trio.CancelScope(), handler()) == "allow"
     with trio.move_on_after(0.01) as after:
         await trio.sleep_forever()
     assert after.cancelled_caught
@@ -289,8 +256,8 @@ async def test_each_handler_runs_in_its_own_copy_of_the_context() -> None:
 
     # As in the client, a handler that blocked keeps the task it ran in: own task.
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(scoped, Owner(), setter())
-    assert await scoped(Owner(), reader()) == "allow"
+        nursery.start_soon(scoped, trio.CancelScope(), setter())
+    assert await scoped(trio.CancelScope(), reader()) == "allow"
     assert var.get() == "unset"
     assert seen == ["first handler's", "unset"]
 
@@ -316,7 +283,7 @@ async def test_trio_from_thread_sees_the_threads_context_inside_a_blocked_handle
         return "allow"
 
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(scoped, Owner(), handler())
+        nursery.start_soon(scoped, trio.CancelScope(), handler())
     assert seen == [("callback sees", "set in the thread"), ("handler after", "the handler's")]
 
 
@@ -331,8 +298,7 @@ async def test_throw_follows_the_generator_conventions() -> None:
             return "caught"
         return "not thrown"  # pragma: no cover
 
-    owner = Owner()
-    finished, relay = start(owner, handler, None)
+    finished, relay = start(trio.CancelScope(), handler, None)
     assert not finished
     relay.send(None)  # hands the trap out, as the awaiting coroutine would
     with pytest.raises(StopIteration) as done:
@@ -347,8 +313,7 @@ async def test_closing_the_relay_leaves_the_scope() -> None:
             await trio.sleep_forever()
         return "not reached"  # pragma: no cover
 
-    owner = Owner()
-    finished, relay = start(owner, handler, None)
+    finished, relay = start(trio.CancelScope(), handler, None)
     assert not finished
     relay.send(None)
     relay.close()
@@ -370,14 +335,17 @@ async def test_an_awaitable_whose_await_gives_a_plain_iterator_works() -> None:
         def __await__(self) -> Any:
             return Done()
 
-    assert await scoped(Owner(), Ready()) == "allow"
+    assert await scoped(trio.CancelScope(), Ready()) == "allow"
 
 
-async def test_a_handler_that_raises_before_blocking_never_gets_a_scope(path: str) -> None:
+async def test_a_handler_that_raises_before_blocking_raises_with_its_scope_left() -> None:
     async def handler() -> str:
         raise ValueError("bad handler")
 
-    owner = Owner()
+    scope = trio.CancelScope()
     with pytest.raises(ValueError, match="bad handler"):
-        await scoped(owner, handler())
-    assert owner.asked is (path == "plain")
+        await scoped(scope, handler())
+    assert was_entered(scope)
+    with trio.move_on_after(0.01) as after:  # the task's scopes are whole again
+        await trio.sleep_forever()
+    assert after.cancelled_caught
