@@ -11,6 +11,7 @@ disturbs an answer.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import os
 import threading
@@ -146,6 +147,8 @@ class JsonlTelemetry:
         self._buffer: collections.deque[dict[str, Any]] = collections.deque()
         self._records_waiting: trio.Event | None = None
         self._one_batch_at_a_time = trio.Lock()  # keeps batches in order across run() tasks
+        self._batch_written = trio.Event()  # the last batch given to a worker thread is out
+        self._batch_written.set()
         self._file_lock = threading.Lock()  # a worker thread's write against flush()/close()
 
     def emit(self, event: str, /, **fields: Any) -> None:
@@ -174,13 +177,27 @@ class JsonlTelemetry:
                     if not batch:
                         continue
                     if self.write_in_thread:
-                        # Like trio's own file objects: a write under way is finished
-                        # (not abandoned) when run() is cancelled, so batches stay in order.
-                        await trio.to_thread.run_sync(self._write, batch)
+                        await self._write_in_thread(batch)
                     else:
                         self._write(batch)
         finally:
             await self._write_rest()
+
+    async def _write_in_thread(self, batch: list[dict[str, Any]]) -> None:
+        """Write one batch from a worker thread; on cancellation, stop waiting for it."""
+        written = self._batch_written = trio.Event()
+        token = trio.lowlevel.current_trio_token()
+
+        def write_and_tell() -> None:
+            try:
+                self._write(batch)
+            finally:
+                with contextlib.suppress(trio.RunFinishedError):
+                    token.run_sync_soon(written.set)
+
+        # Abandoned if cancelled (a stuck disk must not hold run() up); the final write
+        # waits, within its bound, for this batch to land first, so batches stay in order.
+        await trio.to_thread.run_sync(write_and_tell, abandon_on_cancel=True)
 
     async def _write_rest(self) -> None:
         if not self.write_in_thread:
@@ -189,9 +206,9 @@ class JsonlTelemetry:
         deadline = trio.current_time() + FINAL_WRITE_TIMEOUT_S
         with trio.CancelScope(shield=True, deadline=deadline) as final:
             async with self._one_batch_at_a_time:  # after another run()'s batch, in order
-                batch = self._take()
-                if batch:
-                    await trio.to_thread.run_sync(self._write, batch, abandon_on_cancel=True)
+                await self._batch_written.wait()
+                if self._buffer:
+                    await self._write_in_thread(self._take())
         if final.cancelled_caught:
             log.warning(
                 "telemetry: records were still being written after %.0f s; not waiting longer",
