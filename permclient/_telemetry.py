@@ -26,7 +26,7 @@ log = logging.getLogger("permclient")
 _encoder: Final = msgspec.json.Encoder()
 
 DEFAULT_MAX_BUFFERED: Final = 10_000
-"""Records a sink holds before it drops new ones (a few MiB at most)."""
+"""Records a sink holds before it drops new ones."""
 
 FINAL_WRITE_TIMEOUT_S: Final = 5.0
 """How long :meth:`JsonlTelemetry.run` may spend writing what is left once it is cancelled."""
@@ -235,7 +235,11 @@ class JsonlTelemetry:
         self.close()
 
     def _take(self) -> list[dict[str, Any]]:
-        return [self._buffer.popleft() for _ in range(len(self._buffer))]
+        taken = []
+        with contextlib.suppress(IndexError):  # a flush() on another thread took the rest
+            for _ in range(len(self._buffer)):
+                taken.append(self._buffer.popleft())
+        return taken
 
     def _write(self, batch: list[dict[str, Any]]) -> None:
         """Encode and write one batch (on a worker thread or the caller's)."""
