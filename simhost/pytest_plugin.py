@@ -16,7 +16,10 @@ Installed with the package (a ``pytest11`` entry point), so any project that has
   as tests, one per file.
 
 Nothing heavy is imported until a fixture or a scenario file is used: pytest loads
-this plugin for every run.
+this plugin for every run of every project where permclient is installed, with or
+without the ``host`` extra (Rich, Typer) that running scenarios needs. Without that
+extra the plugin stays inert: the ``simhost`` fixture and scenario files fail, when
+used, with one line saying which extra to install; nothing else changes.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+
+from simhost._entry import HOST_EXTRA_MISSING, missing_host_modules
 
 if TYPE_CHECKING:
     from simhost.run.runner import ScenarioResult
@@ -55,6 +60,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="Wire dialect of that agent (default: acp with --simhost-agent, else bridge).",
     )
+
+
+def _require_host_extra(what: str) -> None:
+    """Fail the test in one line, before anything imports Rich or Typer, when they are missing."""
+    missing = missing_host_modules()
+    if missing:
+        pytest.fail(f"{what}: {HOST_EXTRA_MISSING} (missing: {', '.join(missing)})", pytrace=False)
 
 
 def _agent_options(config: pytest.Config) -> tuple[str | None, str | None]:
@@ -203,6 +215,7 @@ class SimhostRunner:
 @pytest.fixture
 def simhost(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SimhostRunner]:
     """Run approval scenarios against the agent (``--simhost-agent``, default the reference)."""
+    _require_host_extra("the simhost fixture")
     yield SimhostRunner(_agent_options(request.config), tmp_path)
 
 
@@ -227,6 +240,7 @@ class ScenarioItem(pytest.Item):
     """Runs one scenario file and fails with its report."""
 
     def runtest(self) -> None:
+        _require_host_extra(f"scenario {self.path.name}")
         runner = SimhostRunner(_agent_options(self.config), self.path.parent)
         runner.check(runner.run(self.path))
 

@@ -10,7 +10,6 @@ This module holds no tests.
 from __future__ import annotations
 
 import io
-import json
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from rich.console import Console
 
 import permclient
 from permclient import RequestError
+from permclient._telemetry import MemoryTelemetry  # permclient.MemoryTelemetry once exported
 from simhost.chat.app import ChatApp, ChatOptions
 from simhost.chat.keys import Key, KeyDecoder
 from simhost.chat.screen import PlainScreen, Screen
@@ -355,7 +355,7 @@ class Harness:
     runtime: FakeRuntime
     send: trio.MemorySendChannel[InputEvent]
     output: io.StringIO
-    telemetry: io.StringIO
+    telemetry: MemoryTelemetry
     done: trio.Event
     exit_code: int | None = None
 
@@ -364,7 +364,7 @@ class Harness:
         return self.output.getvalue()
 
     def events(self, name: str | None = None) -> list[dict[str, Any]]:
-        records = [json.loads(line) for line in self.telemetry.getvalue().splitlines()]
+        records = self.telemetry.records
         return [r for r in records if name is None or r["event"] == name]
 
     async def press(self, *keys: Key | str) -> None:
@@ -407,17 +407,17 @@ async def running_chat(
     runtime = runtime or FakeRuntime()
     output = io.StringIO()
     console = Console(file=output, width=120, force_terminal=True, color_system=None)
-    telemetry_file = io.StringIO()
+    telemetry = MemoryTelemetry()
     send, receive = trio.open_memory_channel[InputEvent](256)
     async with trio.open_nursery() as nursery:
         await nursery.start(runtime.serve, theirs)
         async with permclient.open_client(
-            ours, dialect="bridge", telemetry=permclient.JsonlTelemetry(telemetry_file)
+            ours, dialect="bridge", telemetry=telemetry
         ) as client:
             # No arming delay nor repeat guard unless a test asks: keys come in at once.
             options = options or ChatOptions(arm_delay=0, repeat_guard=0)
             app = ChatApp(client, screen(console), options)
-            harness = Harness(app, runtime, send, output, telemetry_file, trio.Event())
+            harness = Harness(app, runtime, send, output, telemetry, trio.Event())
 
             async def run() -> None:
                 harness.exit_code = await app.run(receive)

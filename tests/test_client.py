@@ -236,7 +236,8 @@ async def test_a_permission_request_not_utf8_json_anywhere_is_malformed_and_answ
     dialect: str, in_tool_call: bytes, in_params: bytes
 ) -> None:
     sink = io.StringIO()
-    async with connected(dialect, telemetry=permclient.JsonlTelemetry(sink)) as (client, peer):
+    telemetry = permclient.JsonlTelemetry(sink)
+    async with connected(dialect, telemetry=telemetry) as (client, peer):
         called = []
 
         async def handler(req: PermissionRequest) -> Selected:
@@ -259,6 +260,7 @@ async def test_a_permission_request_not_utf8_json_anywhere_is_malformed_and_answ
             assert await peer.receive() == {"jsonrpc": "2.0", "id": 7, "result": CANCELLED}
             await assert_nothing_more(peer)
         assert called == []
+    telemetry.flush()  # write what the sink buffered
     events = [json.loads(line)["event"] for line in sink.getvalue().splitlines()]
     assert "approval.malformed" in events and "approval.requested" not in events
 
@@ -998,6 +1000,7 @@ async def test_telemetry_records_every_approval_path() -> None:
             await peer.receive()
             await peer.request("session/request_permission", {"sessionId": "s"}, request_id=4)
             await peer.receive()
+    telemetry.flush()  # write what the sink buffered
     events = [json.loads(line) for line in sink.getvalue().splitlines()]
     by_event: dict[str, list[dict[str, Any]]] = {}
     for event in events:
@@ -1040,6 +1043,7 @@ async def test_telemetry_says_who_cancelled_a_pending_request() -> None:
                 await trio.testing.wait_all_tasks_blocked()
             await theirs.aclose()  # the runtime goes away with a question open
             await client.wait_closed()
+    telemetry.flush()  # write what the sink buffered
     cancelled = [json.loads(line) for line in sink.getvalue().splitlines()]
     assert [
         (e["request_id"], e["by"]) for e in cancelled if e["event"] == "approval.cancelled"
@@ -1057,7 +1061,8 @@ async def test_a_registration_timeout_answers_a_waiting_request_cancelled(
     autojump_clock: trio.abc.Clock,
 ) -> None:
     sink = io.StringIO()
-    async with connected(telemetry=permclient.JsonlTelemetry(sink)) as (client, peer):
+    telemetry = permclient.JsonlTelemetry(sink)
+    async with connected(telemetry=telemetry) as (client, peer):
         waiter = Waiter()
         with client.permission_handler("s", waiter, timeout=30):
             start = trio.current_time()
@@ -1066,6 +1071,7 @@ async def test_a_registration_timeout_answers_a_waiting_request_cancelled(
             assert trio.current_time() - start == pytest.approx(30)
             assert waiter.cancelled == ["call-1"]  # the handler was cancelled, its card closed
             await assert_nothing_more(peer)
+    telemetry.flush()  # write what the sink buffered
     events = [json.loads(line) for line in sink.getvalue().splitlines()]
     (cancelled,) = [e for e in events if e["event"] == "approval.cancelled"]
     assert cancelled["by"] == "timeout" and cancelled["request_id"] == request_id
@@ -1431,6 +1437,7 @@ async def test_past_max_pending_a_permission_request_is_answered_cancelled_at_on
             assert await peer.receive() == {"jsonrpc": "2.0", "id": 2, "result": CANCELLED}
             await trio.testing.wait_all_tasks_blocked()
             assert sorted(r.tool_call.tool_call_id for r in waiter.seen) == ["c0", "c1"]
+    telemetry.flush()  # write what the sink buffered
     refused = [e for e in map(json.loads, sink.getvalue().splitlines()) if "refused" in e["event"]]
     assert [(e["event"], e["request_id"], e["session_id"]) for e in refused] == [
         ("approval.refused", 2, "s")
@@ -2056,7 +2063,8 @@ async def test_pending_requests_are_bounded_by_what_they_cost_decoded_even_alone
 
     monkeypatch.setattr(_connection, "_PENDING_BYTES", 100_000)
     sink = io.StringIO()
-    async with connected(telemetry=permclient.JsonlTelemetry(sink)) as (client, peer):
+    telemetry = permclient.JsonlTelemetry(sink)
+    async with connected(telemetry=telemetry) as (client, peer):
         waiter = Waiter()
         with client.permission_handler("s", waiter):
             # 30 KB of JSON that decodes into 10,000 lists: refused though nothing is pending.
@@ -2071,6 +2079,7 @@ async def test_pending_requests_are_bounded_by_what_they_cost_decoded_even_alone
             waiter.release.set()
             assert sorted([(await peer.receive())["id"] for _ in range(6)]) == list(range(6))
     assert len(waiter.seen) == 6
+    telemetry.flush()  # write what the sink buffered
     refused = [json.loads(line) for line in sink.getvalue().splitlines()]
     refused = [event for event in refused if event["event"] == "approval.refused"]
     assert [event["request_id"] for event in refused] == ["bomb", "late"]

@@ -162,8 +162,12 @@ async def run_chat(
     code = 1
     with ExitStack() as stack:
         try:
+            # Written from a task of the chat's own loop (not a thread): the file keeps
+            # step with the screen. Leaving the stack writes what is left.
             telemetry = (
-                stack.enter_context(permclient.JsonlTelemetry(config.telemetry))
+                stack.enter_context(
+                    permclient.JsonlTelemetry(config.telemetry, write_in_thread=False)
+                )
                 if config.telemetry is not None
                 else None
             )
@@ -179,6 +183,8 @@ async def run_chat(
         app: ChatApp | None = None
         async with trio.open_nursery() as nursery:
             await nursery.start(forward_signals, send)  # Ctrl-C is an event before the spawn
+            if telemetry is not None:
+                nursery.start_soon(telemetry.run)
             spawned = False
             try:
                 async with permclient.open_process(
