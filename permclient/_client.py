@@ -42,7 +42,7 @@ from ._errors import RemoteProtocolError, RequestError
 from ._handlers import AsyncHandler, PermissionHandler, Question, WithdrawnBy
 from ._inline import UNANSWERED, Relay, start
 from ._messages import DECODE_ERRORS, RequestId
-from ._telemetry import Telemetry
+from ._telemetry import RunsInBackground, Telemetry
 from ._tracker import ToolCallTracker
 from ._wire import Cancelled
 from .framing import DEFAULT_MAX_FRAME_SIZE
@@ -665,7 +665,9 @@ async def open_client(
     with :class:`ConnectionClosed`, writes the queued answers (shielded, also when
     an outer scope cancelled the client, for as long as the peer takes them: it
     gives up after 2 s without progress, or once the peer reads under 64 KiB/s),
-    then cancels the handlers and closes the stream. A ``SystemExit`` or
+    then cancels the handlers and closes the stream. A telemetry sink with a
+    ``run()`` task (:class:`RunsInBackground`, e.g. :class:`JsonlTelemetry`) writes
+    from that task while the client is open, and is flushed when it closes. A ``SystemExit`` or
     ``KeyboardInterrupt`` raised by a handler, callback or telemetry sink closes the
     client in the same way, cancels the body, and is raised from here as itself.
 
@@ -696,6 +698,8 @@ async def open_client(
         client = Client(_CONSTRUCT, stream, connection, nursery)
         nursery.start_soon(client._reader_loop)
         nursery.start_soon(client._writer_loop)
+        if isinstance(telemetry, RunsInBackground):
+            nursery.start_soon(telemetry.run, name="permclient: telemetry")
         try:
             with client._body_scope:
                 yield client
@@ -709,6 +713,8 @@ async def open_client(
             nursery.cancel_scope.cancel()
             with trio.CancelScope(shield=True):
                 await stream.aclose()
+    if isinstance(telemetry, RunsInBackground):
+        telemetry.flush()  # what its task had no time to write
     if client._stopped_by is not None:
         raise client._stopped_by
     if body_error is not None:

@@ -183,8 +183,6 @@ async def run_chat(
         app: ChatApp | None = None
         async with trio.open_nursery() as nursery:
             await nursery.start(forward_signals, send)  # Ctrl-C is an event before the spawn
-            if telemetry is not None:
-                nursery.start_soon(telemetry.run)
             spawned = False
             try:
                 async with permclient.open_process(
