@@ -87,6 +87,20 @@ def test_card_inbox_answers_cards_in_any_order_and_dismisses_the_rest(tmp_path: 
     assert len(written) == 1 and written[0].startswith("burst-")  # card 2's file only
 
 
+@pytest.mark.parametrize("shape", ["deferred", "async"])
+def test_handler_shapes_puts_a_rule_in_front_of_a_person(shape: str, tmp_path: Path) -> None:
+    example = str(EXAMPLES / "handler_shapes.py")
+    result = run(example, "--shape", shape, cwd=tmp_path, stdin="y\n")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    # The person allowed the write; the rule denied the delete, never asking anyone.
+    assert out.count("permission asked:") == 1 and "permission asked: fs.write" in out
+    assert "rule: denied fs.delete: notes.txt" in out
+    assert "notes.txt exists" in out
+    denied = run(example, "--shape", shape, cwd=tmp_path, stdin="n\n")
+    assert "notes.txt was not written" in denied.stdout
+
+
 def test_card_inbox_approves_nothing_without_input(tmp_path: Path) -> None:
     result = run(str(EXAMPLES / "card_inbox.py"), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -149,6 +163,14 @@ PROGRAMS = [
     Program("asyncio_host.py", ("--workspace", "{w}"), "allow? [y/N]", written="notes.txt"),
     # Its own workspace: "files written: none" is the proof.
     Program("card_inbox.py", waiting="[card 6]", approved=r"files written: (?!none)"),
+    # Its own workspace: what it prints about notes.txt is the proof, in both shapes.
+    Program("handler_shapes.py", waiting="permission asked:", approved=r"notes.txt exists"),
+    Program(
+        "handler_shapes.py",
+        ("--shape", "async"),
+        waiting="permission asked:",
+        approved=r"notes.txt exists",
+    ),
     Program(
         "demo_agent.py",
         waiting="Content-Length",  # it answered sessionNew, and waits for the next request
@@ -201,7 +223,9 @@ class Reader:
         return self._data.decode(errors="replace")
 
 
-@pytest.mark.parametrize("program", PROGRAMS, ids=lambda program: program.name)
+@pytest.mark.parametrize(
+    "program", PROGRAMS, ids=lambda program: " ".join((program.name, *program.args))
+)
 def test_with_stdin_closed_an_example_ends_cleanly_and_approves_nothing(
     program: Program, tmp_path: Path
 ) -> None:
@@ -233,7 +257,9 @@ def display_for(request: pytest.FixtureRequest, program: Program) -> str | None:
     return str(request.getfixturevalue("display")) if program.needs_display else None
 
 
-@pytest.mark.parametrize("program", PROGRAMS, ids=lambda program: program.name)
+@pytest.mark.parametrize(
+    "program", PROGRAMS, ids=lambda program: " ".join((program.name, *program.args))
+)
 def test_ctrl_c_while_an_example_waits_exits_130_without_a_traceback_approving_nothing(
     program: Program, display_for: str | None, tmp_path: Path
 ) -> None:
