@@ -51,6 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cheap_agent import FRAMERS, permission_params, session_name
 
 import permclient
+import permclient.framing
 
 TARGET_BYTES = 4096
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -123,9 +124,9 @@ class Agent:
         self.framing = "content-length" if dialect == "bridge" else "newline"
         self.frame: Callable[[bytes], bytes] = FRAMERS[self.framing]
         self.parser = (
-            permclient.ContentLengthFramer()
+            permclient.framing.ContentLengthFramer()
             if self.framing == "content-length"
-            else permclient.NewlineFramer()
+            else permclient.framing.NewlineFramer()
         )
         self.requests = requests
         self.sessions = sessions

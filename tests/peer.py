@@ -7,7 +7,7 @@ from typing import Any
 import msgspec
 import trio
 
-from permclient import ContentLengthFramer, NewlineFramer
+from permclient.framing import ContentLengthFramer, NewlineFramer
 
 
 class FakePeer:

@@ -20,6 +20,7 @@ import trio
 import trio.testing
 
 import permclient
+import permclient.framing
 from permclient import Cancelled, ConnectionClosed, PermissionRequest, RequestError, Selected
 
 from .peer import CANCELLED, FakePeer, allow_deny, selected
@@ -1735,9 +1736,9 @@ def _socket_stream_pair() -> tuple[trio.SocketStream, trio.SocketStream]:
 
 def _permission_requests(dialect: str, count: int) -> bytes:
     encode = (
-        permclient.ContentLengthFramer.encode
+        permclient.framing.ContentLengthFramer.encode
         if dialect == "bridge"
-        else (permclient.NewlineFramer.encode)
+        else (permclient.framing.NewlineFramer.encode)
     )
     params = {
         "sessionId": "s",
@@ -1828,7 +1829,7 @@ async def test_teardown_waits_for_a_slow_reader_in_proportion_to_the_bytes_queue
     autojump_clock: trio.abc.Clock,
 ) -> None:
     ours, theirs = _socket_stream_pair()
-    answer = permclient.ContentLengthFramer.encode(
+    answer = permclient.framing.ContentLengthFramer.encode(
         msgspec.json.encode({"jsonrpc": "2.0", "id": 1000, "result": CANCELLED})
     )
     received = 0
@@ -2042,7 +2043,7 @@ async def test_held_notifications_are_kept_undecoded_so_their_memory_is_their_by
         try:
             before = tracemalloc.get_traced_memory()[0]
             for _ in range(4):
-                await peer.send_raw(permclient.ContentLengthFramer.encode(note))
+                await peer.send_raw(permclient.framing.ContentLengthFramer.encode(note))
             await assert_nothing_more(peer)
             held = tracemalloc.get_traced_memory()[0] - before
         finally:

@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from permclient import ContentLengthFramer, NewlineFramer
+from permclient.framing import ContentLengthFramer, NewlineFramer
 
 from .peer import allow_deny
 

@@ -17,6 +17,7 @@ import typer
 from typer.testing import CliRunner
 
 import permclient
+import permclient.framing
 from permclient import Decision, PermissionRequest, Selected
 from simhost.runtime.cli import runtime_command
 from simhost.runtime.sessions import SessionStore
@@ -517,11 +518,11 @@ async def test_piped_requests_are_answered_and_stdout_holds_nothing_but_frames(
 
 def _frame(request_id: int, method: str, params: Any) -> bytes:
     body = json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
-    return permclient.ContentLengthFramer.encode(body.encode())
+    return permclient.framing.ContentLengthFramer.encode(body.encode())
 
 
 def _frames(data: bytes) -> list[dict[str, Any]]:
-    framer = permclient.ContentLengthFramer()
+    framer = permclient.framing.ContentLengthFramer()
     framer.receive_data(data)
     frames = []
     while (frame := framer.next_frame()) is not None:

@@ -1,0 +1,286 @@
+"""The three handler shapes through the trio client: rule, deferred, async.
+
+Each shape obeys every invariant of DESIGN.md: exactly its session, exactly one
+answer, fail closed, cancel honoured. (The connection's rules themselves are tested
+without an event loop in test_connection.py.)
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+import permclient
+from permclient import Cancelled, Decision, PermissionRequest, Question, Selected, WithdrawnBy
+
+from .peer import CANCELLED, FakePeer, selected
+
+DIALECTS = ["bridge", "acp"]
+
+
+@asynccontextmanager
+async def connected(
+    dialect: str = "bridge", **kwargs: Any
+) -> AsyncIterator[tuple[permclient.Client, FakePeer]]:
+    ours, theirs = trio.testing.memory_stream_pair()
+    async with permclient.open_client(ours, dialect=dialect, **kwargs) as client:  # type: ignore[arg-type]
+        yield client, FakePeer(theirs, dialect)
+
+
+class Inbox:
+    """A deferred handler: keeps its questions, and what withdrew each."""
+
+    def __init__(self) -> None:
+        self.questions: list[Question] = []
+        self.withdrawn: list[tuple[str, WithdrawnBy]] = []
+        self.arrived = trio.Event()
+
+    def __call__(self, question: Question) -> None:
+        self.questions.append(question)
+        question.on_withdraw(
+            lambda by: self.withdrawn.append((question.request.tool_call.tool_call_id, by))
+        )
+        self.arrived.set()
+
+    async def next(self) -> Question:
+        while not self.questions:
+            self.arrived = trio.Event()
+            await self.arrived.wait()
+        return self.questions.pop(0)
+
+
+# ----------------------------------------------------------------------- shapes
+
+
+def test_a_client_is_made_by_open_client_only() -> None:
+    with pytest.raises(TypeError, match="open_client"):
+        permclient.Client(object(), None, None, None)  # type: ignore[arg-type]
+
+
+def test_a_handler_must_be_declared_with_a_callable() -> None:
+    with pytest.raises(TypeError):
+        permclient.rule("allow")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        permclient.deferred(None)  # type: ignore[arg-type]
+
+
+async def test_every_registration_is_a_context_manager_with_close() -> None:
+    async with connected() as (client, peer):
+        registration = client.permission_handler("s", permclient.deferred(Inbox()))
+        assert isinstance(registration, permclient.Registration)
+        with registration as entered:
+            assert entered is registration
+            assert client.statistics().connection.sessions_with_handlers == 1
+        assert client.statistics().connection.sessions_with_handlers == 0
+        registration.close()  # again: nothing happens
+        for made in (
+            client.on_request("x/y", _echo),
+            client.on_notification("x/z", print),
+            client.on_session_notification("s", print),
+        ):
+            assert isinstance(made, permclient.Registration)
+            made.close()
+        await peer.request("x/y", {}, request_id=1)
+        assert (await peer.receive())["error"]["code"] == -32601  # closed: no handler
+
+
+async def _echo(params: Any) -> Any:
+    return params
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+async def test_a_rule_answers_in_front_and_passes_what_it_does_not_decide(dialect: str) -> None:
+    asked: list[str] = []
+
+    async def person(request: PermissionRequest) -> Decision:
+        asked.append(request.tool_call.tool_call_id)
+        return Selected("allow")
+
+    @permclient.rule
+    def deny_rm(request: PermissionRequest) -> Decision | None:
+        return Selected("deny") if request.tool_call.tool_call_id == "rm" else None
+
+    async with connected(dialect) as (client, peer):
+        with client.permission_handler("s", person), client.permission_handler("s", deny_rm):
+            await peer.ask_permission("s", "rm", request_id=1)
+            assert await peer.receive() == {"jsonrpc": "2.0", "id": 1, "result": selected("deny")}
+            await peer.ask_permission("s", "ls", request_id=2)
+            assert await peer.receive() == {"jsonrpc": "2.0", "id": 2, "result": selected("allow")}
+    assert asked == ["ls"]  # the rule's question never reached the person
+
+
+@pytest.mark.parametrize(
+    "verdict",
+    [RuntimeError("bug"), "allow", Selected("not-offered"), 1],
+    ids=["raises", "a string", "an option not offered", "an int"],
+)
+async def test_a_rule_that_raises_or_returns_junk_answers_cancelled_and_asks_no_one(
+    verdict: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    asked: list[PermissionRequest] = []
+
+    async def person(request: PermissionRequest) -> Decision:
+        asked.append(request)
+        return Selected("allow")
+
+    def judge(request: PermissionRequest) -> Any:
+        if isinstance(verdict, Exception):
+            raise verdict
+        return verdict
+
+    caplog.set_level(logging.WARNING, "permclient")
+    async with connected() as (client, peer):
+        rule = permclient.rule(judge)
+        with client.permission_handler("s", person), client.permission_handler("s", rule):
+            await peer.ask_permission("s", request_id=1)
+            assert (await peer.receive())["result"] == CANCELLED
+    assert asked == []
+
+
+async def test_rules_that_all_pass_leave_the_question_unrouted() -> None:
+    async with connected() as (client, peer):
+        with client.permission_handler("s", permclient.rule(lambda request: None)):
+            await peer.ask_permission("s", request_id=1)
+            assert (await peer.receive())["result"] == CANCELLED
+            assert client.pending_permissions() == 0
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+async def test_a_deferred_question_is_answered_later_from_another_task(dialect: str) -> None:
+    inbox = Inbox()
+    async with connected(dialect) as (client, peer):
+        with client.permission_handler("s", permclient.deferred(inbox)):
+            await peer.ask_permission("s", request_id=1)
+            question = await inbox.next()
+            assert question.session_id == "s" and not question.done
+            assert client.pending_questions("s") == [question]
+            assert question.select("allow") is True
+            assert await peer.receive() == {"jsonrpc": "2.0", "id": 1, "result": selected("allow")}
+            assert question.done and question.withdrawn_by is None
+            assert question.select("deny") is False  # one answer only
+            assert question.cancel() is False
+    assert inbox.withdrawn == []
+
+
+async def test_a_deferred_answer_is_checked_against_what_was_offered() -> None:
+    inbox = Inbox()
+    async with connected() as (client, peer):
+        with client.permission_handler("s", permclient.deferred(inbox)):
+            await peer.ask_permission("s", request_id=1)
+            question = await inbox.next()
+            question.request.options = ()  # the handler's copy: what was offered stays
+            assert question.answer(Selected("maybe")) is True  # taken, and failed closed
+            assert (await peer.receive())["result"] == CANCELLED
+
+
+@pytest.mark.parametrize("spelling", [("$/cancelRequest", "id"), ("$/cancel_request", "requestId")])
+async def test_a_peer_cancel_withdraws_a_deferred_question_and_refuses_a_late_answer(
+    spelling: tuple[str, str],
+) -> None:
+    method, key = spelling
+    inbox = Inbox()
+    async with connected() as (client, peer):
+        with client.permission_handler("s", permclient.deferred(inbox)):
+            await peer.ask_permission("s", "c1", request_id=7)
+            question = await inbox.next()
+            await peer.notify(method, {key: 7})
+            assert await peer.receive() == {"jsonrpc": "2.0", "id": 7, "result": CANCELLED}
+            assert inbox.withdrawn == [("c1", "peer")]
+            assert question.withdrawn_by == "peer" and question.done
+            assert question.select("allow") is False
+            late: list[WithdrawnBy] = []
+            question.on_withdraw(late.append)  # after the fact: runs at once
+            assert late == ["peer"]
+            assert client.pending_permissions() == 0
+
+
+async def test_a_deferred_question_is_withdrawn_by_a_turn_cancel_a_timeout_and_teardown(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    inbox = Inbox()
+    async with connected("acp") as (client, peer):
+        with client.permission_handler("s", permclient.deferred(inbox)):
+            await peer.ask_permission("s", "turn", request_id=1)
+            await inbox.next()
+            await client.notify("session/cancel", {"sessionId": "s"})
+            assert (await peer.receive())["method"] == "session/cancel"
+            assert (await peer.receive())["result"] == CANCELLED
+        with client.permission_handler("s", permclient.deferred(inbox), timeout=5):
+            await peer.ask_permission("s", "timeout", request_id=2)
+            await inbox.next()
+            with trio.fail_after(10):  # the registration's timeout (5 s) comes first
+                assert (await peer.receive())["result"] == CANCELLED
+            assert trio.current_time() >= 5
+        with client.permission_handler("s", permclient.deferred(inbox)):
+            await peer.ask_permission("s", "teardown", request_id=3)
+            await inbox.next()
+            await peer.stream.send_eof()
+            await client.wait_closed()
+            assert (await peer.receive())["result"] == CANCELLED
+    assert inbox.withdrawn == [("turn", "turn"), ("timeout", "timeout"), ("teardown", "teardown")]
+
+
+async def test_a_deferred_handler_that_raises_answers_cancelled() -> None:
+    def broken(question: Question) -> None:
+        raise RuntimeError("the card could not be drawn")
+
+    async with connected() as (client, peer):
+        with client.permission_handler("s", permclient.deferred(broken)):
+            await peer.ask_permission("s", request_id=1)
+            assert (await peer.receive())["result"] == CANCELLED
+            assert client.pending_permissions() == 0
+
+
+async def test_a_deferred_question_holds_no_task(autojump_clock: trio.abc.Clock) -> None:
+    inbox = Inbox()
+    async with connected() as (client, peer):
+        with client.permission_handler("s", permclient.deferred(inbox)):
+            before = trio.lowlevel.current_statistics().tasks_living
+            for k in range(50):
+                await peer.ask_permission("s", f"c{k}", request_id=k)
+            while len(inbox.questions) < 50:
+                await trio.testing.wait_all_tasks_blocked()
+            after = trio.lowlevel.current_statistics().tasks_living
+            assert after == before
+            for question in inbox.questions:
+                question.cancel()
+            assert {(await peer.receive())["id"] for _ in range(50)} == set(range(50))
+
+
+async def test_a_plain_function_not_declared_a_rule_answers_cancelled_and_says_how(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def looks_like_a_rule(request: PermissionRequest) -> Decision:
+        return Selected("allow")
+
+    async with connected() as (client, peer):
+        with client.permission_handler("s", looks_like_a_rule):  # type: ignore[arg-type]
+            await peer.ask_permission("s", request_id=1)
+            assert (await peer.receive())["result"] == CANCELLED
+    assert "permclient.rule()" in caplog.text
+
+
+async def test_an_async_handler_is_cancelled_by_its_withdrawal() -> None:
+    cancelled = trio.Event()
+
+    async def waits(request: PermissionRequest) -> Decision:
+        try:
+            await trio.sleep_forever()
+        finally:
+            cancelled.set()
+        return Cancelled()  # pragma: no cover
+
+    async with connected() as (client, peer):
+        with client.permission_handler("s", waits):
+            await peer.ask_permission("s", request_id=1)
+            await trio.testing.wait_all_tasks_blocked()
+            await peer.notify("$/cancelRequest", {"id": 1})
+            assert (await peer.receive())["result"] == CANCELLED
+            with trio.fail_after(5):
+                await cancelled.wait()
