@@ -1,31 +1,44 @@
-"""Approvals per second and client CPU per approval, over a real OS pipe.
+"""Approvals per second and client CPU per approval, over real OS pipes.
 
-Each configuration runs in a fresh interpreter (so one implementation's imports and
-heap never slow the other's garbage collector down) that spawns ``cheap_agent.py``
-as a separate process and drives it over its stdin/stdout pipes:
+Every configuration answers the same cheap agent (``cheap_agent.py``, a separate
+process) over its stdin/stdout pipes, each in a fresh process (so one
+implementation's imports and heap never slow another's garbage collector):
 
-* ``permclient`` with ``dialect="bridge"`` (Content-Length framing),
-* ``permclient`` with ``dialect="acp"`` (newline-delimited JSON),
-* the official ACP Python SDK (``acp.spawn_agent_process``, newline only).
+* ``permclient`` (``dialect="acp"``, newline framing) with each handler shape, one
+  registration per session:
 
-The client registers an ``async`` permission handler that allows everything (one
-registration per session for permclient, the ``request_permission`` method of an
-``acp.Client`` for the SDK) and sends ``bench/start {"count": N}``; the agent
-answers it only after N permission requests, W of them outstanding at a time, have
-all been answered ``selected allow``. ``time.perf_counter()`` and
-``time.process_time()`` (the client process's own CPU, all threads) are read right
-around that one request, so they cover exactly the burst. A warm-up burst runs
-first on the same connection. Each round runs every configuration once, in turn,
-each in a fresh process, so a slow spell of the machine hits all of them alike; the
-medians over the rounds are reported. The client and the agent are pinned to two
-separate CPUs (unless ``--no-pin``), the largest source of noise on a small machine
-being one preempting or migrating the other. The agent checks every answer (right
-id, ``selected``, ``allow``).
+  - ``rule``: ``permclient.rule(lambda request: Selected("allow"))``, run in the reader;
+  - ``deferred``: ``permclient.deferred(fn)`` where ``fn`` queues the question and
+    wakes one answering task (a ``trio.lowlevel.ParkingLot``), which answers every
+    queued question (``question.select("allow")``) in a batch per wake-up;
+  - ``async``: an ``async def`` handler that awaits ``trio.lowlevel.checkpoint()``
+    once before returning ``Selected("allow")``;
+  - ``bridge rule``: the rule again, ``dialect="bridge"`` (Content-Length framing);
+
+* the official ACP Python SDK (``acp.spawn_agent_process``; an ``acp.Client`` whose
+  ``async def request_permission`` returns ``selected allow``);
+* the official ACP TypeScript SDK (``ts_client.mjs``: ``client()`` + ``connectWith`` +
+  ``ndJsonStream``, an ``async`` permission handler returning ``selected allow``);
+* the floor: a blocking loop that decodes with msgspec and writes a pre-encoded answer.
+
+Each sends ``bench/start {"count": N}``; the agent answers it only after N permission
+requests, W of them outstanding at a time, have all been answered, and it checks every
+answer (an id it is waiting on, ``selected``, ``allow``). Wall time and the client
+process's own CPU (all threads, user + system: ``time.process_time()``, or
+``process.cpuUsage()`` in node) are read right around that one request. A warm-up burst
+runs first on the same connection. Each round runs every configuration once, in turn,
+so a slow spell of the machine hits all of them; min/median/max over the rounds are
+shown, and the ratios of the medians are judged against the targets. The client and
+the agent are pinned to two separate CPUs unless ``--no-pin``.
 
 Usage::
 
-    python bench/approvals.py            # N=20000, W=64, S=8, 5 rounds
-    python bench/approvals.py --quick    # a tiny smoke run
+    python bench/approvals.py                 # N=20000, W=64, S=8, 5 rounds
+    python bench/approvals.py --quick         # a smoke run (N=2000, 1 round)
+    python bench/approvals.py --profile permclient-async   # cProfile of one client
+
+Exits 1 if any answer was wrong (or a client failed); a missed target is reported,
+not an error.
 """
 
 from __future__ import annotations
@@ -33,12 +46,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,24 +61,61 @@ import msgspec
 
 BENCH_DIR = Path(__file__).resolve().parent
 AGENT = BENCH_DIR / "cheap_agent.py"
+TS_CLIENT = BENCH_DIR / "ts_client.mjs"
 sys.path.insert(0, str(BENCH_DIR))
 
 from cheap_agent import session_name  # noqa: E402
 
-TARGET_RATIO = 2.5  # permclient approvals/s over the official SDK's, at least
-TARGET_CPU_US = 12.0  # client CPU per approval, at most
 
-# (key, implementation label, framing, permclient dialect or None for the SDK)
-CONFIGS: list[tuple[str, str, str, str | None]] = [
-    ("permclient-bridge", "permclient", "content-length", "bridge"),
-    ("permclient-acp", "permclient", "newline", "acp"),
-    ("official-acp", "official ACP SDK", "newline", None),
-    ("bare-msgspec", "bare loop (floor)", "newline", "bare"),
+@dataclass(frozen=True)
+class Config:
+    key: str
+    implementation: str
+    handler: str
+    framing: str
+    dialect: str | None = None  # permclient's dialect
+    shape: str | None = None  # permclient's handler shape
+
+
+CONFIGS = [
+    Config("permclient-rule", "permclient", "rule", "newline", "acp", "rule"),
+    Config("permclient-deferred", "permclient", "deferred + task", "newline", "acp", "deferred"),
+    Config("permclient-async", "permclient", "async, 1 checkpoint", "newline", "acp", "async"),
+    Config("permclient-bridge-rule", "permclient", "rule", "content-length", "bridge", "rule"),
+    Config("python-sdk", "ACP Python SDK", "async def", "newline"),
+    Config("ts-sdk", "ACP TypeScript SDK", "async () =>", "newline"),
+    Config("floor", "bare msgspec loop", "(none)", "newline"),
 ]
-# The issue's figures came from a faster machine: the official SDK at ~30 us and a
-# bare blocking msgspec loop at ~1.2 us per approval. Against the bare loop measured
-# here, the 12 us target reads as "at most 10x the floor" on any machine.
-TARGET_FLOOR_MULTIPLE = 12.0 / 1.2
+CONFIG_OF = {config.key: config for config in CONFIGS}
+
+
+@dataclass(frozen=True)
+class Target:
+    key: str
+    measure: str  # "cpu": client CPU per approval, at most; "rate": approvals/s, at least
+    versus: str
+    multiple: float
+
+    def ratio(self, of: dict[str, float], versus: dict[str, float]) -> float:
+        """The figure as the target reads it: a multiple of ``versus``'s."""
+        return of[self.measure] / versus[self.measure]
+
+    def met(self, ratio: float) -> bool:
+        return ratio <= self.multiple if self.measure == "cpu" else ratio >= self.multiple
+
+    def __str__(self) -> str:
+        what = "CPU/approval <=" if self.measure == "cpu" else "approvals/s >="
+        return f"{self.key} {what} {self.multiple:g}x {self.versus}"
+
+
+# Issue 12's targets.
+TARGETS = [
+    Target("permclient-rule", "cpu", "floor", 2.5),
+    Target("permclient-deferred", "cpu", "floor", 5.0),
+    Target("permclient-deferred", "rate", "python-sdk", 4.0),
+    Target("permclient-async", "rate", "python-sdk", 3.0),
+    Target("permclient-async", "rate", "ts-sdk", 2.0),
+]
 
 
 def agent_argv(framing: str, args: argparse.Namespace) -> list[str]:
@@ -141,6 +193,28 @@ def _timed(result: dict[str, Any], cpu: float, elapsed: float) -> dict[str, Any]
     }
 
 
+class _Profile:
+    """cProfile around the measured bursts only (``--profile``), printed to stderr."""
+
+    def __init__(self, enabled: bool) -> None:
+        import cProfile
+
+        self.profiler = cProfile.Profile() if enabled else None
+
+    def __enter__(self) -> None:
+        if self.profiler is not None:
+            self.profiler.enable()
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.profiler is not None:
+            import pstats
+
+            self.profiler.disable()
+            stats = pstats.Stats(self.profiler, stream=sys.stderr)
+            stats.sort_stats("tottime").print_stats(30)
+            stats.sort_stats("cumulative").print_stats(30)
+
+
 async def _measured_bursts(
     start: Callable[[int], Awaitable[Any]], args: argparse.Namespace
 ) -> list[dict[str, Any]]:
@@ -149,35 +223,86 @@ async def _measured_bursts(
         await start(args.warmup)
     runs = []
     for _ in range(args.repeat):
-        cpu0 = time.process_time()
-        t0 = time.perf_counter()
-        result = await start(args.count)
-        elapsed = time.perf_counter() - t0
-        cpu = time.process_time() - cpu0
+        with _Profile(args.profile is not None):
+            cpu0 = time.process_time()
+            t0 = time.perf_counter()
+            result = await start(args.count)
+            elapsed = time.perf_counter() - t0
+            cpu = time.process_time() - cpu0
         runs.append(_timed(result, cpu, elapsed))
     return runs
 
 
-async def _permclient_runs(dialect: str, framing: str, args: argparse.Namespace, log: str) -> Any:
+async def _permclient_runs(config: Config, args: argparse.Namespace, log: str) -> Any:
+    """One permission handler per session, of the configuration's shape; all allow."""
     from contextlib import ExitStack
+
+    import trio
 
     import permclient
 
-    async def allow(request: permclient.PermissionRequest) -> permclient.Decision:
-        return permclient.Selected("allow")
+    allow = permclient.Selected("allow")
+    refused = 0  # deferred answers the client refused: each is an error
+    queued: list[permclient.Question] = []
+    answerer = trio.lowlevel.ParkingLot()
 
-    name: permclient.DialectName = "bridge" if dialect == "bridge" else "acp"
-    async with permclient.open_process(
-        agent_argv(framing, args), dialect=name, stderr=log
-    ) as client:
+    def ask(question: permclient.Question) -> None:
+        queued.append(question)
+        if answerer:
+            answerer.unpark_all()
+
+    async def answer_queued() -> None:
+        """Another task answers every queued question, a batch per wake-up."""
+        nonlocal refused
+        while True:
+            if not queued:
+                await answerer.park()
+                continue
+            batch = queued.copy()
+            queued.clear()
+            for question in batch:
+                if not question.select("allow"):
+                    refused += 1
+
+    async def allow_after_checkpoint(
+        request: permclient.PermissionRequest,
+    ) -> permclient.Decision:
+        await trio.lowlevel.checkpoint()
+        return allow
+
+    handler: permclient.PermissionHandler
+    if config.shape == "rule":
+        handler = permclient.rule(lambda request: allow)
+    elif config.shape == "deferred":
+        handler = permclient.deferred(ask)
+    else:
+        handler = allow_after_checkpoint
+    name: permclient.DialectName = "bridge" if config.dialect == "bridge" else "acp"
+    async with (
+        permclient.open_process(
+            agent_argv(config.framing, args), dialect=name, stderr=log
+        ) as client,
+        trio.open_nursery() as nursery,
+    ):
+        if config.shape == "deferred":
+            nursery.start_soon(answer_queued)
         with ExitStack() as stack:
             for k in range(args.sessions):
-                stack.enter_context(client.permission_handler(session_name(k), allow))
+                stack.enter_context(client.permission_handler(session_name(k), handler))
             runs = await _measured_bursts(
                 lambda count: client.request("bench/start", {"count": count}), args
             )
-        process = client.process
+        left = client.pending_permissions()
+        nursery.cancel_scope.cancel()
+    process = client.process
     assert process is not None
+    if refused or left or queued:
+        runs[-1]["errors"] += refused + left + len(queued)
+        print(
+            f"permclient: {refused} answers refused, {left} still pending, "
+            f"{len(queued)} never answered",
+            file=sys.stderr,
+        )
     return runs, process.returncode
 
 
@@ -264,23 +389,49 @@ def _bare_runs(args: argparse.Namespace, log: Any) -> Any:
     return runs, proc.wait()
 
 
+def _ts_runs(args: argparse.Namespace, log: str) -> Any:
+    node = shutil.which("node")
+    if node is None:
+        raise SystemExit("ts-sdk: node is not installed (use --only to leave it out)")
+    config = {
+        "argv": agent_argv("newline", args),
+        "stderr": log,
+        "warmup": args.warmup,
+        "count": args.count,
+        "repeat": args.repeat,
+    }
+    proc = subprocess.run(
+        [node, str(TS_CLIENT), json.dumps(config)], capture_output=True, text=True, timeout=600
+    )
+    sys.stderr.write(proc.stderr)
+    lines = proc.stdout.strip().splitlines()
+    if not lines:
+        raise SystemExit(f"ts-sdk: ts_client.mjs printed nothing (status {proc.returncode})")
+    result = json.loads(lines[-1])
+    if proc.returncode != 0 and not any(r["errors"] for r in result["runs"]):
+        raise SystemExit(f"ts-sdk: ts_client.mjs failed with status {proc.returncode}")
+    return result["runs"], result["agent_exit"]
+
+
 def child_main(args: argparse.Namespace) -> int:
-    key, _, framing, dialect = next(c for c in CONFIGS if c[0] == args.child)
+    config = CONFIG_OF[args.child]
     if args.client_cpu is not None:
         os.sched_setaffinity(0, {args.client_cpu})
     with tempfile.NamedTemporaryFile("w", prefix="cheap_agent.", suffix=".log") as log:
-        if dialect is None:
+        if config.key == "python-sdk":
             import asyncio
 
             runs, returncode = asyncio.run(_official_runs(args, log))
-        elif dialect == "bare":
+        elif config.key == "ts-sdk":
+            runs, returncode = _ts_runs(args, log.name)
+        elif config.key == "floor":
             runs, returncode = _bare_runs(args, log)
         else:
             import trio
 
-            runs, returncode = trio.run(_permclient_runs, dialect, framing, args, log.name)
+            runs, returncode = trio.run(_permclient_runs, config, args, log.name)
         summary = _last_json_line(log.name)
-    print(json.dumps({"key": key, "runs": runs, "agent_exit": returncode, "agent": summary}))
+    print(json.dumps({"key": config.key, "runs": runs, "agent_exit": returncode, "agent": summary}))
     return 0
 
 
@@ -316,6 +467,64 @@ def run_config(key: str, args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+def _figures(run: dict[str, Any]) -> dict[str, float]:
+    count = run["count"]
+    return {
+        "rate": count / run["elapsed"],
+        "cpu": run["cpu"] / count * 1e6,
+        "agent_cpu": run["agent_cpu"] / count * 1e6,
+    }
+
+
+def _spread(values: list[float], fmt: str) -> str:
+    """min / median / max."""
+    return " / ".join(format(v, fmt) for v in (min(values), statistics.median(values), max(values)))
+
+
+def report(configs: list[Config], rounds: list[dict[str, dict[str, float]]]) -> None:
+    """The table (min/median/max over the rounds) and the targets' verdicts."""
+    median = {
+        c.key: {m: statistics.median(r[c.key][m] for r in rounds) for m in ("rate", "cpu")}
+        for c in configs
+    }
+    floor = median.get("floor")
+    python_sdk = median.get("python-sdk")
+    header = (
+        f"{'configuration':<23} {'handler':<20} {'framing':<14} "
+        f"{'approvals/s min / median / max':>32} {'client CPU us/approval':>24} "
+        f"{'agent us':>8} {'vs Py SDK':>9} {'vs floor':>8}"
+    )
+    print()
+    print(header)
+    print("-" * len(header))
+    for c in configs:
+        rates = [r[c.key]["rate"] for r in rounds]
+        cpus = [r[c.key]["cpu"] for r in rounds]
+        agent = statistics.median(r[c.key]["agent_cpu"] for r in rounds)
+        vs_sdk = f"{median[c.key]['rate'] / python_sdk['rate']:.2f}x" if python_sdk else "n/a"
+        vs_floor = f"{median[c.key]['cpu'] / floor['cpu']:.1f}x" if floor else "n/a"
+        print(
+            f"{c.key:<23} {c.handler:<20} {c.framing:<14} {_spread(rates, ',.0f'):>32} "
+            f"{_spread(cpus, '.1f'):>24} {agent:>8.1f} {vs_sdk:>9} {vs_floor:>8}"
+        )
+    print(
+        "(vs Py SDK: median approvals/s over the Python SDK's; vs floor: median client "
+        "CPU per approval over the bare loop's)"
+    )
+    print("\ntargets (ratio of the medians; per-round ratios min..max in brackets):")
+    for target in TARGETS:
+        if target.key not in median or target.versus not in median:
+            print(f"  {target}: not measured")
+            continue
+        ratio = target.ratio(median[target.key], median[target.versus])
+        per_round = [target.ratio(r[target.key], r[target.versus]) for r in rounds]
+        verdict = "MET" if target.met(ratio) else "NOT MET"
+        print(
+            f"  {target!s:<52} {ratio:6.2f}x  [{min(per_round):.2f}..{max(per_round):.2f}]"
+            f"  {verdict}"
+        )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=20000, help="approvals per burst (N)")
@@ -327,7 +536,7 @@ def main() -> int:
         type=int,
         default=5,
         help="rounds; each runs every configuration once, in turn, in a fresh process "
-        "(so a slow spell of the machine hits all of them); medians shown",
+        "(so a slow spell of the machine hits all of them)",
     )
     parser.add_argument(
         "--no-pin",
@@ -336,16 +545,23 @@ def main() -> int:
     )
     parser.add_argument("--client-cpu", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--agent-cpu", type=int, default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--quick", action="store_true", help="tiny run: N=500, 1 repeat")
+    parser.add_argument("--quick", action="store_true", help="smoke run: N=2000, 1 round")
     parser.add_argument(
-        "--only", choices=[c[0] for c in CONFIGS], action="append", help="run only these"
+        "--only", choices=list(CONFIG_OF), action="append", help="run only these (repeatable)"
     )
-    parser.add_argument("--child", choices=[c[0] for c in CONFIGS], help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--profile",
+        choices=[c.key for c in CONFIGS if c.shape is not None or c.key == "python-sdk"],
+        help="run this one client once, in this process, under cProfile (measured burst only)",
+    )
+    parser.add_argument("--child", choices=list(CONFIG_OF), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.quick:
-        args.count, args.repeat = min(args.count, 500), 1
+        args.count, args.repeat = min(args.count, 2000), 1
     if args.warmup is None:
         args.warmup = max(100, args.count // 10)
+    if args.profile:
+        args.child, args.repeat = args.profile, 1
     if args.child:
         return child_main(args)
 
@@ -357,103 +573,32 @@ def main() -> int:
     )
     print(
         f"approvals: N={args.count} W={args.window} S={args.sessions} "
-        f"warm-up={args.warmup} rounds={args.repeat} (medians); {pinning}; "
+        f"warm-up={args.warmup} rounds={args.repeat}; {pinning}; "
         f"python {sys.version.split()[0]}; agent = bench/cheap_agent.py over OS pipes",
         flush=True,
     )
     print(machine_line(), flush=True)
-    configs = [c for c in CONFIGS if not args.only or c[0] in args.only]
-    runs_of: dict[str, list[dict[str, Any]]] = {key: [] for key, *_ in configs}
+    configs = [c for c in CONFIGS if not args.only or c.key in args.only]
+    rounds: list[dict[str, dict[str, float]]] = []
     failures = 0
     for round_number in range(1, args.repeat + 1):
         started = time.perf_counter()
-        for key, *_ in configs:
-            result = run_config(key, args)
+        figures: dict[str, dict[str, float]] = {}
+        for c in configs:
+            result = run_config(c.key, args)
             agent = result["agent"] or {}
             errors = sum(r["errors"] for r in result["runs"])
             if errors or result["agent_exit"] != 0 or agent.get("errors"):
                 failures += 1
-                print(f"  !! {key}: {errors} wrong answers; agent: {agent}", flush=True)
-            runs_of[key].extend(result["runs"])
-        rates = ", ".join(
-            f"{key} {runs_of[key][-1]['count'] / runs_of[key][-1]['elapsed']:,.0f}/s"
-            for key, *_ in configs
-        )
+                print(f"  !! {c.key}: {errors} wrong answers; agent: {agent}", flush=True)
+            figures[c.key] = _figures(result["runs"][-1])
+        rounds.append(figures)
+        rates = ", ".join(f"{key} {f['rate']:,.0f}/s" for key, f in figures.items())
         print(f"  round {round_number}: {time.perf_counter() - started:.1f}s ({rates})", flush=True)
-    rows = []
-    for key, label, framing, _ in configs:
-        runs = runs_of[key]
-        count = runs[0]["count"]
-        elapsed = statistics.median(r["elapsed"] for r in runs)
-        cpu = statistics.median(r["cpu"] for r in runs)
-        agent_cpu = statistics.median(r["agent_cpu"] for r in runs)
-        rows.append(
-            {
-                "key": key,
-                "label": label,
-                "framing": framing,
-                "count": count,
-                "elapsed": elapsed,
-                "rate": count / elapsed,
-                "cpu_us": cpu / count * 1e6,
-                "agent_cpu_us": agent_cpu / count * 1e6,
-            }
-        )
-
-    official = next((r for r in rows if r["key"] == "official-acp"), None)
-    floor = next((r for r in rows if r["key"] == "bare-msgspec"), None)
-    header = (
-        f"{'implementation':<17} {'framing':<15} {'approvals':>9} {'seconds':>8} "
-        f"{'approvals/s':>12} {'client CPU us/appr':>19} {'agent CPU us/appr':>18} "
-        f"{'vs official':>11}  targets (>= {TARGET_RATIO}x, <= {TARGET_CPU_US:g} us)"
-    )
-    print()
-    print(header)
-    print("-" * len(header))
-    for r in rows:
-        ratio = f"{r['rate'] / official['rate']:.2f}x" if official else "n/a"
-        verdicts = ""
-        if r["key"].startswith("permclient"):
-            if official is None:
-                rate_verdict = "n/a"
-            else:
-                rate_ok = r["rate"] / official["rate"] >= TARGET_RATIO
-                rate_verdict = "met" if rate_ok else "NOT met"
-            verdicts = (
-                f"  ratio {rate_verdict}, "
-                f"CPU {'met' if r['cpu_us'] <= TARGET_CPU_US else 'NOT met'}"
-            )
-        print(
-            f"{r['label']:<17} {r['framing']:<15} {r['count']:>9} {r['elapsed']:>8.3f} "
-            f"{r['rate']:>12,.0f} {r['cpu_us']:>19.2f} {r['agent_cpu_us']:>18.2f} {ratio:>11}"
-            f"{verdicts}"
-        )
-    print()
-    print(
-        f"targets: permclient >= {TARGET_RATIO}x the official SDK's approvals/s, "
-        f"<= {TARGET_CPU_US:g} us client CPU per approval"
-    )
-    for r in rows:
-        if not r["key"].startswith("permclient"):
-            continue
-        parts = []
-        if official:
-            ratio = r["rate"] / official["rate"]
-            verdict = "MET" if ratio >= TARGET_RATIO else "NOT MET"
-            parts.append(f"ratio {ratio:.2f}x (>= {TARGET_RATIO}x: {verdict})")
-            parts.append(f"CPU-efficiency ratio {official['cpu_us'] / r['cpu_us']:.2f}x")
-        verdict = "MET" if r["cpu_us"] <= TARGET_CPU_US else "NOT MET"
-        parts.append(f"CPU {r['cpu_us']:.2f} us/approval (<= {TARGET_CPU_US:g}: {verdict})")
-        if floor:
-            multiple = r["cpu_us"] / floor["cpu_us"]
-            verdict = "MET" if multiple <= TARGET_FLOOR_MULTIPLE else "NOT MET"
-            parts.append(
-                f"{multiple:.1f}x the bare loop's CPU (<= {TARGET_FLOOR_MULTIPLE:g}x: {verdict})"
-            )
-        print(f"  permclient {r['framing']:<15} " + "; ".join(parts))
+    report(configs, rounds)
     print(machine_line())
     if failures:
-        print(f"\n{failures} configuration(s) had wrong answers: figures are not valid")
+        print(f"\n{failures} run(s) had wrong answers or failed: figures are not valid")
         return 1
     print("\nall answers checked by the agent: 0 errors")
     return 0

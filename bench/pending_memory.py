@@ -2,18 +2,27 @@
 
 An in-process agent (a trio task speaking raw JSON-RPC, no SDK) sends ``--requests``
 ``session/request_permission`` requests spread round-robin over ``--sessions``
-sessions to a permclient ``Client`` over a ``trio.socket.socketpair()`` (or
-``trio.testing.memory_stream_pair()`` with ``--transport memory``). Every session
-has its own handler, which checks that it only ever sees its own session's requests
-and then waits as an editor's handler waits for a click: on its own
-``permclient.Answer`` (``--wait answer``, the default; the bench keeps them as a UI
-keeps its open cards) or on one shared ``trio.Event`` (``--wait event``, the
-cheapest wait plain trio offers). With all of them pending, the client process's
-memory is measured; then every answer is given (or the event set) and the agent
-checks every answer: one per id, ``selected``, with the option that *that session's* handler
+sessions to a permclient ``Client`` (opened with ``max_pending=--max-pending``) over a
+``trio.socket.socketpair()`` (or ``trio.testing.memory_stream_pair()`` with
+``--transport memory``). Every session has its own handler, which checks that it only
+ever sees its own session's requests and then leaves the question open as an editor
+leaves a card open until a click:
+
+* ``--handler deferred`` (the default): a ``permclient.deferred`` handler appends the
+  ``Question`` to one list, as a UI keeps its open cards; no task and no cancel scope
+  is held per question;
+* ``--handler async``: an ``async`` handler that waits in its own task, on its own
+  ``permclient.Answer`` (``--wait answer``; the bench keeps them in a list as well) or
+  on one shared ``trio.Event`` (``--wait event``, the cheapest wait plain trio offers).
+
+With all of them pending, the client process's memory is measured; then every answer
+is given (``question.select``, ``Answer.set``, or the event set) and the agent checks
+every answer: one per id, ``selected``, with the option that *that session's* handler
 picks (``allow-<session number>``; each request also offers the next session's option,
 so an answer from the next session's handler would be accepted by the client and caught
-here; any other misrouting fails closed and is caught as "not selected").
+here; any other misrouting fails closed and is caught as "not selected"). A request
+past ``--max-pending`` is answered ``cancelled`` at once by the client, so it counts
+as a routing error too.
 
 Memory is measured twice, in one process: first as the RSS delta (``/proc/self/statm``)
 with tracemalloc off, then, in a second identical pass, as the tracemalloc delta
@@ -24,8 +33,11 @@ still allocated after every request has been answered (it should be near zero).
 
 Usage::
 
-    python bench/pending_memory.py                       # 10,000 requests, 1,000 sessions
+    python bench/pending_memory.py                       # 100,000 deferred, 1,000 sessions
+    python bench/pending_memory.py --handler async --requests 10000
     python bench/pending_memory.py --requests 2000 --sessions 100 --dialect bridge
+
+Exits 1 on any routing error.
 """
 
 from __future__ import annotations
@@ -51,9 +63,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cheap_agent import FRAMERS, permission_params, session_name
 
 import permclient
+import permclient._connection  # only for --pending-bytes-budget
 import permclient.framing
 
-TARGET_BYTES = 4096
+TARGET_BYTES = 2048  # issue 12: < 2 KiB per pending deferred question
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
@@ -137,6 +150,7 @@ class Agent:
         self.duplicate = 0
         self.not_selected = 0
         self.all_answered = trio.Event()
+        self.on_answer: Callable[[], None] = lambda: None
 
     def session_of(self, request_id: int) -> int:
         return request_id % self.sessions
@@ -184,6 +198,7 @@ class Agent:
             return
         self.answered[i] = 1
         self.count += 1
+        self.on_answer()
         outcome = answer.result.outcome if answer.result is not None else None
         if outcome is None or outcome.outcome != "selected":
             self.not_selected += 1
@@ -198,11 +213,42 @@ async def scenario(args: argparse.Namespace, measure: Callable[[], int]) -> dict
     )
     release = trio.Event()
     cards: list[tuple[permclient.Answer, permclient.Decision]] = []
+    questions: list[permclient.Question] = []  # the open cards of --handler deferred
+    option_of = {session_name(k): chosen_option(k) for k in range(args.sessions)}
     all_started = trio.Event()
     started = 0
     foreign = 0
+    refused = 0
+
+    def settled() -> None:
+        """Every request has reached a handler (or was answered at once by the client)."""
+        if started + agent.count >= args.requests:
+            all_started.set()
+
+    agent.on_answer = settled
+
+    def make_deferred(k: int) -> permclient.PermissionHandler:
+        own = session_name(k)
+        prefix = f"call_{k}_"
+
+        def ask(question: permclient.Question) -> None:
+            nonlocal started, foreign
+            request = question.request
+            if (
+                question.session_id != own
+                or request.session_id != own
+                or not request.tool_call.tool_call_id.startswith(prefix)
+            ):
+                foreign += 1
+            questions.append(question)
+            started += 1
+            settled()
+
+        return permclient.deferred(ask)
 
     def make_handler(k: int) -> permclient.PermissionHandler:
+        if args.handler == "deferred":
+            return make_deferred(k)
         own = session_name(k)
         prefix = f"call_{k}_"
         choice = permclient.Selected(chosen_option(k))
@@ -212,8 +258,7 @@ async def scenario(args: argparse.Namespace, measure: Callable[[], int]) -> dict
             if request.session_id != own or not request.tool_call.tool_call_id.startswith(prefix):
                 foreign += 1
             started += 1
-            if started == args.requests:
-                all_started.set()
+            settled()
             if args.wait == "event":
                 await release.wait()
                 return choice
@@ -225,7 +270,9 @@ async def scenario(args: argparse.Namespace, measure: Callable[[], int]) -> dict
 
     figures: dict[str, Any] = {}
     with trio.fail_after(args.timeout):
-        async with permclient.open_client(client_stream, dialect=args.dialect) as client:
+        async with permclient.open_client(
+            client_stream, dialect=args.dialect, max_pending=args.max_pending
+        ) as client:
             with ExitStack() as registrations:
                 for k in range(args.sessions):
                     registrations.enter_context(
@@ -243,11 +290,16 @@ async def scenario(args: argparse.Namespace, measure: Callable[[], int]) -> dict
                     gc.collect()
                     pending = measure()
                     figures["pending_reported"] = client.pending_permissions()
+                    figures["pending_bytes"] = client.statistics().connection.pending_bytes
                     t1 = time.perf_counter()
                     release.set()
                     for answer, choice in cards:
                         answer.set(choice)
                     cards.clear()
+                    for question in questions:
+                        if not question.select(option_of[question.session_id]):
+                            refused += 1
+                    questions.clear()
                     await agent.all_answered.wait()
                     figures["answer_s"] = time.perf_counter() - t1
                     gc.collect()
@@ -256,7 +308,8 @@ async def scenario(args: argparse.Namespace, measure: Callable[[], int]) -> dict
         baseline=baseline,
         pending=pending,
         after=after,
-        per_pending=(pending - baseline) / args.requests,
+        # Per request actually held: those the client refused at once hold nothing.
+        per_pending=(pending - baseline) / max(1, figures["pending_reported"]),
         retained=(after - baseline) / args.requests,
         answers=agent.count,
         missing=args.requests - agent.count,
@@ -265,6 +318,7 @@ async def scenario(args: argparse.Namespace, measure: Callable[[], int]) -> dict
         bad_id=agent.bad_id,
         duplicate=agent.duplicate,
         foreign=foreign,
+        refused=refused,
         handlers_started=started,
     )
     figures["routing_errors"] = (
@@ -274,6 +328,7 @@ async def scenario(args: argparse.Namespace, measure: Callable[[], int]) -> dict
         + agent.bad_id
         + agent.duplicate
         + foreign
+        + refused
     )
     return figures
 
@@ -287,7 +342,7 @@ def _short(path: str) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=10000, help="pending requests")
+    parser.add_argument("--requests", type=int, default=100_000, help="pending requests")
     parser.add_argument("--sessions", type=int, default=1000, help="sessions they spread over")
     parser.add_argument("--dialect", choices=["acp", "bridge"], default="acp")
     parser.add_argument("--transport", choices=["socketpair", "memory"], default="socketpair")
@@ -298,24 +353,57 @@ def main() -> int:
         help="toolCall as in approvals.py (rawInput, locations, ...) or just its toolCallId",
     )
     parser.add_argument(
+        "--handler",
+        choices=["deferred", "async"],
+        default="deferred",
+        help="a permclient.deferred handler that keeps the Question (no task), or an "
+        "async handler that waits in its task (see --wait)",
+    )
+    parser.add_argument(
         "--wait",
         choices=["answer", "event"],
         default="answer",
-        help="each handler awaits its own permclient.Answer, or all one trio.Event",
+        help="--handler async: each handler awaits its own permclient.Answer, or all one "
+        "trio.Event",
+    )
+    parser.add_argument(
+        "--max-pending",
+        type=int,
+        default=None,
+        help="open_client(max_pending=...); default: --requests (the client's own default "
+        "is 16384; requests past it are answered cancelled at once: routing errors)",
+    )
+    parser.add_argument(
+        "--pending-bytes-budget",
+        type=float,
+        default=None,
+        metavar="MIB",
+        help="diagnostic only: override the client's private cap on pending bytes "
+        "(permclient._connection._PENDING_BYTES, 128 MiB; not a public setting)",
     )
     parser.add_argument("--top", type=int, default=8, help="show the top N allocating lines")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per pass")
     args = parser.parse_args()
+    if args.max_pending is None:
+        args.max_pending = args.requests
+    if args.pending_bytes_budget is not None:
+        permclient._connection._PENDING_BYTES = int(args.pending_bytes_budget * 2**20)  # type: ignore[misc]
+    budget_mib = permclient._connection._PENDING_BYTES / 2**20
     framing = "content-length" if args.dialect == "bridge" else "newline"
     where = (
         "trio.socket.socketpair()"
         if args.transport == "socketpair"
         else "trio.testing.memory_stream_pair()"
     )
+    if args.handler == "deferred":
+        waits = "deferred handlers keep each Question in a list (no task)"
+    elif args.wait == "answer":
+        waits = "async handlers each wait on their own permclient.Answer"
+    else:
+        waits = "async handlers wait on one shared trio.Event"
     print(
         f"pending_memory: {args.requests} pending permission requests over {args.sessions} "
-        f"sessions; {args.payload} payload; handlers wait on "
-        f"{'their own permclient.Answer' if args.wait == 'answer' else 'one shared trio.Event'}; "
+        f"sessions; {args.payload} payload; {waits}; max_pending={args.max_pending}; "
         f"dialect {args.dialect} ({framing}); "
         f"agent side in-process over {where}; "
         f"python {sys.version.split()[0]}",
@@ -364,14 +452,25 @@ def main() -> int:
             f"{name}: answers {fig['answers']}/{args.requests}, wrong option "
             f"{fig['wrong_option']}, not selected {fig['not_selected']}, bad/duplicate id "
             f"{fig['bad_id']}/{fig['duplicate']}, foreign requests seen by handlers "
-            f"{fig['foreign']}, pending_permissions() while held {fig['pending_reported']}"
+            f"{fig['foreign']}, answers refused {fig['refused']}, pending_permissions() "
+            f"while held {fig['pending_reported']} ({fig['pending_bytes']:,} pending bytes "
+            "by the client's own count)"
         )
+        if fig["pending_reported"] < args.requests:
+            print(
+                f"  !! only {fig['pending_reported']} of {args.requests} reached a handler: the "
+                "client answered the rest cancelled at once (over max_pending, or over its "
+                f"{budget_mib:g} MiB budget of pending bytes, estimated ~"
+                f"{fig['pending_bytes'] / max(1, fig['pending_reported']):,.0f} B a request)"
+            )
     print(f"routing errors: {errors} (must be 0)")
-    per = traced["per_pending"]
-    verdict = "MET" if per < TARGET_BYTES else "NOT MET"
+    verdicts = ", ".join(
+        f"{name} {per:,.0f} B ({'MET' if per < TARGET_BYTES else 'NOT MET'})"
+        for name, per in (("tracemalloc", traced["per_pending"]), ("RSS", rss["per_pending"]))
+    )
     print(
-        f"memory per pending request: {per:,.0f} B tracemalloc, {rss['per_pending']:,.0f} B RSS "
-        f"(target < {TARGET_BYTES} B = 4 KiB, on tracemalloc: {verdict})"
+        f"memory per pending request, target < {TARGET_BYTES:,} B (2 KiB, for deferred "
+        f"questions): {verdicts}"
     )
     return 1 if errors else 0
 
