@@ -25,6 +25,7 @@ import trio
 
 from ._connection import (
     DEFAULT_MAX_PENDING,
+    DEFAULT_MAX_PENDING_BYTES,
     NO_RESULT,
     Closed,
     Connection,
@@ -655,6 +656,7 @@ async def open_client(
     telemetry: Telemetry | None = None,
     max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
     max_pending: int = DEFAULT_MAX_PENDING,
+    max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
 ) -> AsyncIterator[Client]:
     """Open a :class:`Client` over any ``trio.abc.Stream``.
 
@@ -673,7 +675,9 @@ async def open_client(
 
     ``max_frame_size`` caps one inbound frame (larger ones are skipped);
     ``max_pending`` caps inbound requests awaiting an answer: past it a new
-    permission request is answered ``cancelled`` at once, any other -32603.
+    permission request is answered ``cancelled`` at once, any other -32603, and so
+    past ``max_pending_bytes`` (128 MiB) of pending requests, counted as an upper
+    bound of what their frames take once decoded.
 
     Raises :class:`ValueError` for an unknown dialect.
     """
@@ -687,6 +691,7 @@ async def open_client(
         dialect,
         max_frame_size=max_frame_size,
         max_pending=max_pending,
+        max_pending_bytes=max_pending_bytes,
         telemetry=telemetry,
         clock=trio.current_time,
         on_output=on_output,

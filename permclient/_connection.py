@@ -24,7 +24,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final, Literal, TypeAlias
+from typing import Any, Final, Literal, TypeAlias, cast
 
 import msgspec
 
@@ -82,9 +82,9 @@ _CANCEL_METHODS: Final = frozenset({"$/cancelRequest", "$/cancel_request"})
 _BACKLOG_LIMIT: Final = 4096
 _BACKLOG_BYTES: Final = 16 * 1024 * 1024
 _HELD_OVERHEAD: Final = 200  # a held notification's own objects
-# Pending inbound requests: what their params, methods and ids take decoded (see
-# json_cost), whatever the handler then keeps aside.
-_PENDING_BYTES: Final = 128 * 1024 * 1024
+DEFAULT_MAX_PENDING_BYTES: Final = 128 * 1024 * 1024
+"""Pending inbound requests: at most what their frames take once decoded (see
+json_cost), whatever the handler then keeps aside."""
 _BRIEF: Final = 80
 DEFAULT_MAX_PENDING: Final = 16384
 _CANCELLED: Final = Cancelled()
@@ -301,6 +301,7 @@ class Connection:
         *,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         max_pending: int = DEFAULT_MAX_PENDING,
+        max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
         telemetry: Telemetry | None = None,
         clock: Callable[[], float] = time.monotonic,
         on_output: Callable[[], object] | None = None,
@@ -315,6 +316,7 @@ class Connection:
         self._clock = clock
         self._on_output = on_output
         self._max_pending = max_pending
+        self._max_pending_bytes = max_pending_bytes
         self._next_id = 0
         self._outbound: dict[RequestId, tuple[str, Any]] = {}  # id -> (method, params)
         self._questions: dict[RequestId | None, Question] = {}
@@ -324,7 +326,6 @@ class Connection:
         # Equal option sets of pending permission requests, held once (agents offer
         # the same few sets again and again); an entry goes with its last request.
         self._options_in_use: dict[tuple[PermissionOption, ...], _SharedOptions] = {}
-        self._shared: dict[Question, _SharedOptions] = {}
         self._request_handlers: dict[str, tuple[RequestHandler, Any]] = {}
         self._method_callbacks: dict[str, list[NotificationCallback]] = {}
         self._session_callbacks: dict[str, list[NotificationCallback]] = {}
@@ -357,7 +358,9 @@ class Connection:
 
     def events(self) -> list[Event]:
         """Take the events since the last call, in order."""
-        events, self._events = self._events, []
+        events = self._events
+        if events:
+            self._events = []
         return events
 
     def send_failed(self) -> None:
@@ -420,7 +423,7 @@ class Connection:
         try:
             message = parse_message(frame)
             if isinstance(message, Request):
-                self._on_request(message)
+                self._on_request(message, frame)
             elif isinstance(message, Notification):
                 self._on_notification(message)
             elif isinstance(message, Response):
@@ -675,7 +678,7 @@ class Connection:
             return
         self._queue(encode_error(message.id, message.code, message.reason))
 
-    def _on_request(self, message: Request) -> None:
+    def _on_request(self, message: Request, frame: bytes) -> None:
         request_id = message.id
         if self._telemetry is not None:
             self._emit(
@@ -694,21 +697,23 @@ class Connection:
                 )
             )
             return
-        size = json_cost(bytes(message.params)) + str_cost(message.method)
+        # Counted on the whole frame: no copy of the params, and a Raw (rawInput) that
+        # a decoded request keeps refers to the frame, keeping it alive.
+        size = json_cost(frame) + str_cost(message.method)
         if isinstance(request_id, str):
             size += str_cost(request_id)
         pending = len(self._questions) + len(self._requests)
         if (
             self.closed_reason is not None
             or pending >= self._max_pending
-            or self._pending_bytes + size > _PENDING_BYTES
+            or self._pending_bytes + size > self._max_pending_bytes
         ):
             # No handler starts once the connection is closing, nor past the bounds
             # on pending requests: answer at once, failing closed.
             why = self.closed_reason or (
                 f"more than {self._max_pending} requests pending"
                 if pending >= self._max_pending
-                else f"more than {_PENDING_BYTES} bytes of (decoded) requests pending"
+                else f"more than {self._max_pending_bytes} bytes of (decoded) requests pending"
             )
             log.warning(
                 "refused request %s (%s): %s", brief(request_id), brief(message.method), why
@@ -876,8 +881,7 @@ class Connection:
                 decision = self._run_rule(handler, request, offered)
                 if decision is None:
                     continue
-                self.tool_calls.begin_approval(session_id, request.tool_call)
-                self.tool_calls.end_approval(session_id, request.tool_call.tool_call_id)
+                self.tool_calls.fold_answered(session_id, request.tool_call)
                 self._send_answer(request_id, session_id, decision, started)
                 return
             self._pend(request_id, request, registration, size)
@@ -916,8 +920,8 @@ class Connection:
             request.options = shared.options
         question = Question(self, request_id, request, request.options, started)
         question._size = size
-        if shared is not None:
-            self._shared[question] = shared
+        question._shared = shared
+        question._registration = registration
         self._pending_bytes += size
         self._questions[request_id] = question
         registration.pending[question] = None
@@ -988,14 +992,12 @@ class Connection:
         """The exactly-once point: forget ``question``; its withdraw callbacks."""
         del self._questions[question.request_id]
         self._pending_bytes -= question._size
-        shared = self._shared.pop(question, None)
+        shared = cast(_SharedOptions | None, question._shared)
         if shared is not None:
             shared.uses -= 1
             if not shared.uses:
                 del self._options_in_use[shared.options]
-        for registration in self._stacks.get(question.session_id, ()):
-            if registration.pending.pop(question, 0) is None:
-                break
+        cast(PermissionRegistration, question._registration).pending.pop(question, None)
         self.tool_calls.end_approval(question.session_id, question.request.tool_call.tool_call_id)
         return question._retire(withdrawn_by)
 

@@ -101,6 +101,8 @@ class Question:
     __slots__ = (
         "_connection",
         "_on_withdraw",
+        "_registration",
+        "_shared",
         "_size",
         "deadline",
         "offered",
@@ -133,6 +135,10 @@ class Question:
         self.withdrawn_by: WithdrawnBy | None = None
         """Why the question was withdrawn, or ``None``."""
         self._on_withdraw: list[Callable[[WithdrawnBy], object]] | None = None
+        # The connection's bookkeeping: where the question is held, its share of an
+        # option set held once, what it counts against the pending bytes.
+        self._registration: object = None
+        self._shared: object = None
         self._size = 0
 
     def __repr__(self) -> str:

@@ -13,7 +13,7 @@ from typing import IO, Final
 import trio
 
 from ._client import Client, open_client
-from ._connection import DEFAULT_MAX_PENDING, DialectName
+from ._connection import DEFAULT_MAX_PENDING, DEFAULT_MAX_PENDING_BYTES, DialectName
 from ._telemetry import Telemetry
 from .framing import DEFAULT_MAX_FRAME_SIZE
 
@@ -35,6 +35,7 @@ async def open_process(
     telemetry: Telemetry | None = None,
     max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
     max_pending: int = DEFAULT_MAX_PENDING,
+    max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
 ) -> AsyncIterator[Client]:
     """Start ``argv`` as a runtime and yield a :class:`Client` over its stdin/stdout.
 
@@ -43,8 +44,8 @@ async def open_process(
     runtime runs in a process group of its own; leaving the context closes its
     stdin, waits 2 s for it to exit, then sends SIGTERM to the whole group,
     waits 2 s more, then SIGKILL: nothing it started is left running. The
-    process is available as ``client.process``. ``telemetry``, ``max_frame_size``
-    and ``max_pending`` are passed to :func:`open_client`.
+    process is available as ``client.process``. ``telemetry``, ``max_frame_size``,
+    ``max_pending`` and ``max_pending_bytes`` are passed to :func:`open_client`.
 
     Raises :class:`OSError` (e.g. ``FileNotFoundError``) if it cannot be started.
     """
@@ -72,6 +73,7 @@ async def open_process(
                 telemetry=telemetry,
                 max_frame_size=max_frame_size,
                 max_pending=max_pending,
+                max_pending_bytes=max_pending_bytes,
             ) as client:
                 client.process = process
                 yield client

@@ -283,6 +283,16 @@ class ToolCallTracker:
             except msgspec.ValidationError as exc:
                 log.debug("tracker: ignoring unreadable tool call locations: %s", exc)
 
+    def fold_answered(self, session_id: str, update: ToolCallUpdate) -> None:
+        """Fold the tool call of a request answered as it arrived (by a rule).
+
+        A tool call the tracker does not know yet is not kept: known only through
+        requests that are all answered, no update will ever move it.
+        """
+        calls = self._calls.get(session_id)
+        if calls is not None and update.tool_call_id in calls:
+            self.apply_update(session_id, update)
+
     def begin_approval(self, session_id: str, update: ToolCallUpdate) -> None:
         """Fold the request's tool call and mark it awaiting approval."""
         calls = self._calls.get(session_id)

@@ -2060,12 +2060,9 @@ async def test_held_notifications_are_kept_undecoded_so_their_memory_is_their_by
 async def test_pending_requests_are_bounded_by_what_they_cost_decoded_even_alone(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from permclient import _connection
-
-    monkeypatch.setattr(_connection, "_PENDING_BYTES", 100_000)
     sink = io.StringIO()
     telemetry = permclient.JsonlTelemetry(sink)
-    async with connected(telemetry=telemetry) as (client, peer):
+    async with connected(telemetry=telemetry, max_pending_bytes=100_000) as (client, peer):
         waiter = Waiter()
         with client.permission_handler("s", waiter):
             # 30 KB of JSON that decodes into 10,000 lists: refused though nothing is pending.
@@ -2101,12 +2098,9 @@ async def test_pending_requests_are_bounded_by_what_they_cost_decoded_even_alone
 async def test_the_memory_pending_requests_hold_stays_within_their_byte_budget(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, meta: dict[str, Any]
 ) -> None:
-    from permclient import _connection
-
     caplog.set_level(logging.ERROR, "permclient")  # no captured records in the measure
     budget = 1024 * 1024
-    monkeypatch.setattr(_connection, "_PENDING_BYTES", budget)
-    async with connected(dialect="acp") as (client, peer):
+    async with connected(dialect="acp", max_pending_bytes=budget) as (client, peer):
         waiter = Waiter()
         with client.permission_handler("s", waiter):
             await peer.ask_permission("s", "warm", request_id="warm")
