@@ -5,20 +5,22 @@ module only moves bytes and runs what needs a task. The reader feeds the
 connection each read and acts on its events (start handlers, wake callers); the
 writer owns the stream's send side and writes whatever the connection has queued
 since its last write (batched writes; queueing a frame is a synchronous append,
-so a cancelled caller can never leave half a frame on the wire). The async
-permission handlers of one read start in one task, in order; a handler that
-blocks keeps that task, and the rest go on in a new one (see _inline).
+so a cancelled caller can never leave half a frame on the wire). Async permission
+handlers run in worker tasks that outlive them, each handler in a cancel scope of
+its own; rule and deferred handlers need no task at all.
 """
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import logging
 import math
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, Final, TypeAlias, TypeVar, overload
+from typing import Any, Final, TypeAlias, TypeVar, cast, overload
 
 import msgspec
 import trio
@@ -67,6 +69,8 @@ _WRITE_CHUNK: Final = 64 * 1024
 # up: a peer that never reads cannot make us buffer its answers without end.
 _OUTBUF_HIGH_WATER: Final = 16 * 1024 * 1024
 _PERMISSION_TASK: Final = "permclient.permission"
+# Workers left waiting for the next async handler once theirs answered.
+_IDLE_WORKERS: Final = 64
 _CANCELLED: Final = Cancelled()
 _any_decoder: Final = msgspec.json.Decoder()
 _CONSTRUCT: Final = object()  # only open_client makes a Client
@@ -160,6 +164,10 @@ class Client:
         # Registration timeouts: one task sleeps until the earliest deadline, and
         # exists only while some question with a timeout is pending.
         self._timeout_wake: trio.CancelScope | None = None
+        # Async permission handlers waiting for a worker, and the workers waiting.
+        self._jobs: deque[tuple[Question, AsyncHandler]] = deque()
+        self._idle: list[trio.lowlevel.Task] = []
+        self._context = contextvars.copy_context()  # each handler starts in a copy
         self.process: trio.Process | None = None
         """The runtime's process when the client came from :func:`open_process`."""
 
@@ -376,7 +384,7 @@ class Client:
 
     def _handle(self, event: Event) -> None:
         if type(event) is StartPermissionHandlers:
-            self._nursery.start_soon(self._run_permissions, event.batch, 0, name=_PERMISSION_TASK)
+            self._start_permissions(event.batch)
         elif type(event) is ResponseReceived:
             waiter = self._waiters.pop(event.request_id, None)
             if waiter is not None:
@@ -411,26 +419,51 @@ class Client:
 
     # ------------------------------------------------------- permission handlers
 
-    async def _run_permissions(
-        self, batch: list[tuple[Question, AsyncHandler]], first: int
-    ) -> None:
-        """Run the handlers of ``batch[first:]`` in order, in this one task.
+    def _start_permissions(self, batch: list[tuple[Question, AsyncHandler]]) -> None:
+        """Hand each async handler of a read to a worker: an idle one, else a new one."""
+        self._jobs.extend(batch)
+        idle = self._idle
+        for _ in batch:
+            if idle:
+                trio.lowlevel.reschedule(idle.pop())
+            else:
+                self._nursery.start_soon(self._work, name=_PERMISSION_TASK)
 
-        A handler that answers without blocking needs no task of its own (see
-        _inline). The first that blocks keeps this task, which then belongs to its
-        request alone; the rest of the batch goes on in a new one.
-        (Few locals on purpose: this frame lives as long as the request is pending.)
+    async def _work(self) -> None:
+        """Run async handlers one after the other, in the order they arrived.
+
+        A worker outlives its handler and waits for the next, up to _IDLE_WORKERS
+        of them: a task made per request costs about as much as the rest of an
+        approval. Each handler runs in a fresh copy of the client's context (a
+        ``ContextVar`` one handler sets never reaches another) and in a cancel
+        scope of its own, entered before it starts (see _inline).
         """
-        started = self._start_permissions(batch, first)
-        if started is None:
-            return
-        del batch  # held from here on by what needs it only
-        question, relay = started
+        task = trio.lowlevel.current_task()
+        jobs = self._jobs
+        abort_idle = functools.partial(_abort_idle, self._idle, task)
+        while True:
+            if not jobs:
+                if len(self._idle) >= _IDLE_WORKERS:
+                    return
+                self._idle.append(task)
+                await trio.lowlevel.wait_task_rescheduled(abort_idle)
+                continue
+            question, handler = jobs.popleft()
+            if question.done:
+                continue  # withdrawn before its handler ran: no card for a settled question
+            await self._run_permission(question, handler)
+
+    async def _run_permission(self, question: Question, handler: AsyncHandler) -> None:
+        conn = self._conn
+        scope = trio.CancelScope()
+        question.on_withdraw(functools.partial(_cancel_scope, self, scope))
         answer: object = UNANSWERED
         try:
-            answer = await relay
+            finished, outcome = start(scope, handler, question.request, self._context.copy())
+            # If it blocked: the rest of the handler, in its scope and its context.
+            answer = outcome if finished else await cast(Relay, outcome)
         except BaseException as exc:
-            self._conn.answer(question, _CANCELLED)
+            conn.answer(question, _CANCELLED)
             self._host_code_failed(
                 exc,
                 "permission handler for session %r failed; answered cancelled",
@@ -438,38 +471,7 @@ class Client:
             )
         finally:
             # Runs on every path, including our own cancellation: exactly one answer.
-            self._conn.answer(question, _CANCELLED if answer is UNANSWERED else answer)
-
-    def _start_permissions(
-        self, batch: list[tuple[Question, AsyncHandler]], first: int
-    ) -> tuple[Question, Relay] | None:
-        """Start the handlers of ``batch[first:]``; the rest of the first that blocks."""
-        conn = self._conn
-        for index in range(first, len(batch)):
-            question, handler = batch[index]
-            if question.done:
-                continue  # withdrawn before its handler ran: no card for a settled question
-            scope = trio.CancelScope()
-            question.on_withdraw(functools.partial(_cancel_scope, self, scope))
-            try:
-                finished, outcome = start(scope, handler, question.request)
-            except BaseException as exc:
-                conn.answer(question, _CANCELLED)
-                self._host_code_failed(
-                    exc,
-                    "permission handler for session %r failed; answered cancelled",
-                    question.session_id,
-                )
-                continue
-            if finished:
-                conn.answer(question, _CANCELLED if outcome is UNANSWERED else outcome)
-                continue
-            if index + 1 < len(batch):
-                self._nursery.start_soon(
-                    self._run_permissions, batch, index + 1, name=_PERMISSION_TASK
-                )
-            return question, outcome
-        return None
+            conn.answer(question, _CANCELLED if answer is UNANSWERED else answer)
 
     # ---------------------------------------------------------- other requests
 
@@ -642,6 +644,14 @@ class Client:
             if self._timeout_wake is not None:
                 self._timeout_wake.cancel()
                 self._timeout_wake = None
+
+
+def _abort_idle(
+    idle: list[trio.lowlevel.Task], task: trio.lowlevel.Task, raise_cancel: object
+) -> trio.lowlevel.Abort:
+    """An idle worker is cancelled (teardown): it is no longer waiting."""
+    idle.remove(task)
+    return trio.lowlevel.Abort.SUCCEEDED
 
 
 def _cancel_scope(client: Client, scope: trio.CancelScope, by: WithdrawnBy) -> None:

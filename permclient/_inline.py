@@ -1,14 +1,13 @@
-"""Start an async handler inside its cancel scope, in the calling task, and hand the
-task over to it only if it blocks.
+"""Start an async handler inside its cancel scope and its own context, in the
+calling task.
 
-A trio task costs about as much as everything else an approval does. An async
-handler that answers without blocking (a cache hit, an auto-approver) does not
-need one: :func:`start` enters the request's scope, then steps the handler once
-by hand in the calling task. If it finishes, that is the answer and the scope is
-left. If it blocks, the returned :class:`Relay` runs the rest of it, still inside
-that scope: the calling task then belongs to the handler (the driver hands its
-other work to a new task). Each handler runs in a copy of the caller's context,
-so context variables one handler sets never reach the next.
+:func:`start` enters the request's scope, then steps the handler once by hand in
+the context it is given (a task's context only takes effect at its next step, and
+a worker task runs one handler after another: each must start in a fresh copy,
+so context variables one handler sets never reach the next). If it finishes,
+that is the answer and the scope is left. If it blocks, the returned
+:class:`Relay` runs the rest of it, still inside that scope, with that context
+made the task's.
 
 Only public APIs: the scope is an ordinary ``trio.CancelScope`` entered before
 the handler runs, so every scope the handler opens nests inside it; the relay
@@ -31,16 +30,19 @@ UNANSWERED: Final[Any] = object()
 
 
 def start(
-    scope: trio.CancelScope, handler: Callable[[A], Awaitable[Any]], arg: A
+    scope: trio.CancelScope,
+    handler: Callable[[A], Awaitable[Any]],
+    arg: A,
+    context: contextvars.Context,
 ) -> tuple[bool, Any]:
-    """Call ``handler(arg)`` inside ``scope`` and run it until it first blocks.
+    """Call ``handler(arg)`` inside ``scope`` and in ``context``, and run it until it
+    first blocks.
 
     Returns ``(True, result)`` if it finished (``UNANSWERED`` if the scope caught
     a cancellation), or ``(False, relay)``: awaiting ``relay`` at once, in this
     same task, runs the rest inside ``scope`` and returns the result. A handler
     that raises before blocking raises here, with the scope left.
     """
-    context = contextvars.copy_context()
     scope.__enter__()
     try:
         awaitable = context.run(handler, arg)

@@ -15,7 +15,7 @@ from permclient._inline import UNANSWERED, start
 
 async def scoped(scope: trio.CancelScope, awaitable: Any) -> Any:
     """What the client does: start it here; if it blocked, await the rest."""
-    finished, outcome = start(scope, lambda _: awaitable, None)
+    finished, outcome = start(scope, lambda _: awaitable, None, contextvars.copy_context())
     return outcome if finished else await outcome
 
 
@@ -298,7 +298,7 @@ async def test_throw_follows_the_generator_conventions() -> None:
             return "caught"
         return "not thrown"  # pragma: no cover
 
-    finished, relay = start(trio.CancelScope(), handler, None)
+    finished, relay = start(trio.CancelScope(), handler, None, contextvars.copy_context())
     assert not finished
     relay.send(None)  # hands the trap out, as the awaiting coroutine would
     with pytest.raises(StopIteration) as done:
@@ -313,7 +313,7 @@ async def test_closing_the_relay_leaves_the_scope() -> None:
             await trio.sleep_forever()
         return "not reached"  # pragma: no cover
 
-    finished, relay = start(trio.CancelScope(), handler, None)
+    finished, relay = start(trio.CancelScope(), handler, None, contextvars.copy_context())
     assert not finished
     relay.send(None)
     relay.close()
