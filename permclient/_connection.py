@@ -394,7 +394,7 @@ class Connection:
         framer.receive_data(data)
         self._dispatching = True
         try:
-            while self.closed_reason is None:
+            while True:
                 try:
                     frame = framer.next_frame()
                 except RemoteProtocolError as exc:
@@ -422,6 +422,10 @@ class Connection:
         message: Message | None = None
         try:
             message = parse_message(frame)
+            if self.closed_reason is not None and not isinstance(
+                message, Request | InvalidMessage
+            ):
+                return  # closed by host code earlier in this read: only requests are owed
             if isinstance(message, Request):
                 self._on_request(message, frame)
             elif isinstance(message, Notification):
@@ -997,7 +1001,10 @@ class Connection:
             shared.uses -= 1
             if not shared.uses:
                 del self._options_in_use[shared.options]
-        cast(PermissionRegistration, question._registration).pending.pop(question, None)
+        registration = cast(PermissionRegistration, question._registration)
+        registration.pending.pop(question, None)
+        if question.deadline is not None and not registration.pending:
+            self._timed.discard(registration)  # nothing of it left to time
         self.tool_calls.end_approval(question.session_id, question.request.tool_call.tool_call_id)
         return question._retire(withdrawn_by)
 

@@ -29,8 +29,9 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import permclient
-from permclient import Answer, NewlineFramer, PermissionRequest, Question, Selected
+from permclient import Answer, PermissionRequest, Question, Selected
 from permclient._connection import Closed, Connection
+from permclient.framing import NewlineFramer
 
 from .peer import FakePeer, allow_deny
 

@@ -19,9 +19,7 @@ from hypothesis import strategies as st
 from permclient import (
     Cancelled,
     ConnectionClosed,
-    ContentLengthFramer,
     InboundNotification,
-    NewlineFramer,
     PermissionRequest,
     RequestError,
     Selected,
@@ -37,6 +35,7 @@ from permclient._connection import (
     Stopped,
 )
 from permclient._handlers import Question
+from permclient.framing import ContentLengthFramer, NewlineFramer
 
 FRAMERS: dict[str, type[ContentLengthFramer] | type[NewlineFramer]] = {
     "bridge": ContentLengthFramer,
@@ -796,12 +795,6 @@ def test_timeouts_belong_to_their_registration(peer: Peer) -> None:
     peer.assert_idle()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a timed registration stays in Connection._timed once its questions are "
-    "answered (only expire() discards it), so has_deadlines says True with no deadline "
-    "pending, and the trio driver starts a timeout task that sleeps until inf",
-)
 def test_has_deadlines_is_false_once_every_timed_question_is_answered(peer: Peer) -> None:
     peer.conn.add_permission_handler("s-1", deferred(lambda q: q.select("allow")), 5)
     peer.send(ask(1))
@@ -1102,13 +1095,6 @@ def test_keyboard_interrupt_or_system_exit_in_host_code_stops_and_answers_everyt
     peer.assert_idle()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: once host code raises KeyboardInterrupt/SystemExit, Connection.receive_data "
-    "stops dispatching (its loop ends on closed_reason), so the requests later in the same "
-    "read get no response at all, though host_code_failed's docstring promises them one "
-    "(invariant 4: exactly one response, teardown included)",
-)
 def test_requests_later_in_the_read_that_stopped_the_client_are_answered(dialect: str) -> None:
     peer = Peer(dialect)
 

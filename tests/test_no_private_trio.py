@@ -227,18 +227,7 @@ def test_the_scan_covers_the_package() -> None:
     assert any(name.startswith("embed/") for name in names)
 
 
-def _module_param(path: Path) -> object:
-    name = path.relative_to(PACKAGE).as_posix()
-    if name == "_lazy_scope.py":  # the coordinator is deleting it (issue 12)
-        return pytest.param(
-            path,
-            id=name,
-            marks=pytest.mark.xfail(strict=True, reason="until _lazy_scope.py is deleted"),
-        )
-    return pytest.param(path, id=name)
-
-
-@pytest.mark.parametrize("path", [_module_param(path) for path in MODULES])
+@pytest.mark.parametrize("path", MODULES, ids=lambda path: path.relative_to(PACKAGE).as_posix())
 def test_no_module_touches_a_private_trio_attribute(path: Path) -> None:
     found = private_trio_uses(path.read_text(encoding="utf-8"))
     assert found == [], f"{path.relative_to(PACKAGE.parent)} uses private trio names: {found}"
