@@ -82,6 +82,9 @@ _CANCEL_METHODS: Final = frozenset({"$/cancelRequest", "$/cancel_request"})
 _BACKLOG_LIMIT: Final = 4096
 _BACKLOG_BYTES: Final = 16 * 1024 * 1024
 _HELD_OVERHEAD: Final = 200  # a held notification's own objects
+# Frames past this size are costed (and refused past the budget) before they are
+# decoded; smaller ones only once they are to be held pending.
+_EAGER_COST_FRAME: Final = 64 * 1024
 DEFAULT_MAX_PENDING_BYTES: Final = 128 * 1024 * 1024
 """Pending inbound requests: at most what their frames take once decoded (see
 json_cost), whatever the handler then keeps aside."""
@@ -422,9 +425,7 @@ class Connection:
         message: Message | None = None
         try:
             message = parse_message(frame)
-            if self.closed_reason is not None and not isinstance(
-                message, Request | InvalidMessage
-            ):
+            if self.closed_reason is not None and not isinstance(message, Request | InvalidMessage):
                 return  # closed by host code earlier in this read: only requests are owed
             if isinstance(message, Request):
                 self._on_request(message, frame)
@@ -701,46 +702,46 @@ class Connection:
                 )
             )
             return
-        # Counted on the whole frame: no copy of the params, and a Raw (rawInput) that
-        # a decoded request keeps refers to the frame, keeping it alive.
-        size = json_cost(frame) + str_cost(message.method)
-        if isinstance(request_id, str):
-            size += str_cost(request_id)
         pending = len(self._questions) + len(self._requests)
-        if (
-            self.closed_reason is not None
-            or pending >= self._max_pending
-            or self._pending_bytes + size > self._max_pending_bytes
-        ):
+        why = self.closed_reason or (
+            f"more than {self._max_pending} requests pending"
+            if pending >= self._max_pending
+            else None
+        )
+        size: int | None = None
+        if why is None and len(frame) > _EAGER_COST_FRAME:
+            # Checked before it is decoded: a large frame may decode into many objects.
+            size = _cost(message, frame)
+            why = self._over_budget(size)
+        if why is not None:
             # No handler starts once the connection is closing, nor past the bounds
             # on pending requests: answer at once, failing closed.
-            why = self.closed_reason or (
-                f"more than {self._max_pending} requests pending"
-                if pending >= self._max_pending
-                else f"more than {self._max_pending_bytes} bytes of (decoded) requests pending"
-            )
-            log.warning(
-                "refused request %s (%s): %s", brief(request_id), brief(message.method), why
-            )
-            if message.method == PERMISSION_METHOD:
-                self._queue(encode_result(request_id, _PERMISSION_CANCELLED))
-                self._emit(
-                    "approval.refused",
-                    request_id=request_id,
-                    session_id=_session_id_of(message.params),
-                    reason=why,
-                )
-            else:
-                self._queue(encode_error(request_id, ErrorCode.INTERNAL_ERROR, why))
-            return
-        if message.method == PERMISSION_METHOD:
-            self._on_permission_request(request_id, message.params, size)
+            self._refuse(message, why)
+        elif message.method == PERMISSION_METHOD:
+            self._on_permission_request(message, frame, size)
         else:
-            self._on_other_request(request_id, message.method, message.params, size)
+            self._on_other_request(message, frame, size)
 
-    def _on_other_request(
-        self, request_id: RequestId | None, method: str, raw: msgspec.Raw, size: int
-    ) -> None:
+    def _over_budget(self, size: int) -> str | None:
+        if self._pending_bytes + size > self._max_pending_bytes:
+            return f"more than {self._max_pending_bytes} bytes of (decoded) requests pending"
+        return None
+
+    def _refuse(self, message: Request, why: str) -> None:
+        log.warning("refused request %s (%s): %s", brief(message.id), brief(message.method), why)
+        if message.method == PERMISSION_METHOD:
+            self._queue(encode_result(message.id, _PERMISSION_CANCELLED))
+            self._emit(
+                "approval.refused",
+                request_id=message.id,
+                session_id=_session_id_of(message.params),
+                reason=why,
+            )
+        else:
+            self._queue(encode_error(message.id, ErrorCode.INTERNAL_ERROR, why))
+
+    def _on_other_request(self, message: Request, frame: bytes, size: int | None) -> None:
+        request_id, method, raw = message.id, message.method, message.params
         route = self._request_handlers.get(method)
         if route is None:
             self._queue(
@@ -749,6 +750,12 @@ class Connection:
                 )
             )
             return
+        if size is None:
+            size = _cost(message, frame)
+            why = self._over_budget(size)
+            if why is not None:
+                self._refuse(message, why)
+                return
         try:
             params = _any_decoder.decode(raw) if raw else None
         except DECODE_ERRORS as exc:
@@ -842,9 +849,8 @@ class Connection:
 
     # ------------------------------------------------------ permission requests
 
-    def _on_permission_request(
-        self, request_id: RequestId | None, raw: msgspec.Raw, size: int
-    ) -> None:
+    def _on_permission_request(self, message: Request, frame: bytes, size: int | None) -> None:
+        request_id, raw = message.id, message.params
         try:
             request = permission_request_decoder.decode(raw)
         except DECODE_ERRORS as exc:
@@ -888,6 +894,12 @@ class Connection:
                 self.tool_calls.fold_answered(session_id, request.tool_call)
                 self._send_answer(request_id, session_id, decision, started)
                 return
+            if size is None:
+                size = _cost(message, frame)
+                why = self._over_budget(size)
+                if why is not None:
+                    self._refuse(message, why)
+                    return
             self._pend(request_id, request, registration, size)
             return
         log.warning(
@@ -1143,6 +1155,16 @@ class ConnectionStatistics:
     """Notifications held for sessions that have no callback yet."""
     sessions_with_handlers: int
     """Sessions with at least one permission handler registered."""
+
+
+def _cost(message: Request, frame: bytes) -> int:
+    """What a pending request can take: counted on its whole frame (no copy of the
+    params; a Raw such as rawInput that the decoded request keeps refers to the
+    frame, keeping it alive), its method and its id."""
+    size = json_cost(frame) + str_cost(message.method)
+    if isinstance(message.id, str):
+        size += str_cost(message.id)
+    return size
 
 
 def _add(

@@ -20,8 +20,7 @@ A method the client did not advertise is answered -32601 (the client's default).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, Final, Literal, TypeAlias
 
@@ -283,16 +282,16 @@ class AcpAgent:
 
     # ---------------------------------------------------------- capabilities
 
-    @contextmanager
-    def _elicitation_handler(self, session_id: str, handler: ElicitationHandler) -> Iterator[None]:
+    def _elicitation_handler(self, session_id: str, handler: ElicitationHandler) -> Registration:
         stack = self._elicitation_handlers.setdefault(session_id, [])
         stack.append(handler)
-        try:
-            yield
-        finally:
+
+        def undo() -> None:
             stack.remove(handler)
-            if not stack:
+            if not stack and self._elicitation_handlers.get(session_id) is stack:
                 del self._elicitation_handlers[session_id]
+
+        return Registration(undo)
 
     async def _elicit(self, params: Any) -> ElicitationResponse:
         try:
@@ -359,14 +358,15 @@ class AcpSession:
 
     def permission_handler(
         self, handler: PermissionHandler, *, timeout: float | None = None
-    ) -> Any:
-        """:meth:`Client.permission_handler` for this session (a context manager)."""
+    ) -> Registration:
+        """:meth:`Client.permission_handler` for this session: a rule, a deferred
+        handler or an async one; the :class:`~permclient.Registration` undoes it."""
         return self.agent.client.permission_handler(self.id, handler, timeout=timeout)
 
-    def elicitation_handler(self, handler: ElicitationHandler) -> Any:
+    def elicitation_handler(self, handler: ElicitationHandler) -> Registration:
         """Route this session's ``elicitation/create`` (form mode) to ``handler``.
 
-        A context manager, like :meth:`permission_handler`: nesting shadows, and
+        A :class:`~permclient.Registration`, like :meth:`permission_handler`: nesting shadows, and
         with no handler an elicitation is answered ``cancel``. Needs
         ``AcpAgent(elicitation=True)`` (otherwise the agent was never told).
         """
