@@ -374,8 +374,9 @@ class Connection:
     def _queue(self, body: bytes) -> None:
         if self._write_failed:
             return  # a dead transport is the only reason an answer is dropped
+        idle = not self._outbuf  # else the driver was told, and has yet to take them
         self._outbuf += self._encode_frame(body)
-        if self._on_output is not None and not self._dispatching:
+        if idle and self._on_output is not None and not self._dispatching:
             self._on_output()
 
     def _event(self, event: Event) -> None:
@@ -1158,9 +1159,8 @@ class ConnectionStatistics:
 
 
 def _cost(message: Request, frame: bytes) -> int:
-    """What a pending request can take: counted on its whole frame (no copy of the
-    params; a Raw such as rawInput that the decoded request keeps refers to the
-    frame, keeping it alive), its method and its id."""
+    """What a pending request can take once decoded: counted on its whole frame (so
+    that the params need no copy), its method and its id."""
     size = json_cost(frame) + str_cost(message.method)
     if isinstance(message.id, str):
         size += str_cost(message.id)

@@ -150,6 +150,8 @@ class JsonlTelemetry:
         self._batch_written = trio.Event()  # the last batch given to a worker thread is out
         self._batch_written.set()
         self._file_lock = threading.Lock()  # a worker thread's write against flush()/close()
+        self._thread_idle = threading.Event()  # no batch is being written by a worker thread
+        self._thread_idle.set()
 
     def emit(self, event: str, /, **fields: Any) -> None:
         if len(self._buffer) >= self.max_buffered:
@@ -192,8 +194,11 @@ class JsonlTelemetry:
             try:
                 self._write(batch)
             finally:
+                self._thread_idle.set()
                 with contextlib.suppress(trio.RunFinishedError):
                     token.run_sync_soon(written.set)
+
+        self._thread_idle.clear()
 
         # Abandoned if cancelled (a stuck disk must not hold run() up); the final write
         # waits, within its bound, for this batch to land first, so batches stay in order.
@@ -216,7 +221,16 @@ class JsonlTelemetry:
             )
 
     def flush(self) -> None:
-        """Write every buffered record now, from the calling thread."""
+        """Write every buffered record now, from the calling thread.
+
+        A batch a worker thread is writing lands first: this waits for it (at most
+        ``FINAL_WRITE_TIMEOUT_S``), so that what ``flush()`` returns after is on file.
+        """
+        if not self._thread_idle.wait(FINAL_WRITE_TIMEOUT_S):
+            log.warning(
+                "telemetry: a batch was still being written after %.0f s; not waiting longer",
+                FINAL_WRITE_TIMEOUT_S,
+            )
         batch = self._take()
         if batch:
             self._write(batch)
