@@ -723,6 +723,18 @@ class Connection:
         else:
             self._on_other_request(message, frame, size)
 
+    def _admitted(self, message: Request, frame: bytes, size: int | None) -> int | None:
+        """What holding ``message`` pending costs, or ``None`` once it is refused for
+        the budget (``size``: already costed and checked, before decoding)."""
+        if size is not None:
+            return size
+        size = _cost(message, frame)
+        why = self._over_budget(size)
+        if why is not None:
+            self._refuse(message, why)
+            return None
+        return size
+
     def _over_budget(self, size: int) -> str | None:
         if self._pending_bytes + size > self._max_pending_bytes:
             return f"more than {self._max_pending_bytes} bytes of (decoded) requests pending"
@@ -751,12 +763,9 @@ class Connection:
                 )
             )
             return
+        size = self._admitted(message, frame, size)
         if size is None:
-            size = _cost(message, frame)
-            why = self._over_budget(size)
-            if why is not None:
-                self._refuse(message, why)
-                return
+            return
         try:
             params = _any_decoder.decode(raw) if raw else None
         except DECODE_ERRORS as exc:
@@ -895,13 +904,9 @@ class Connection:
                 self.tool_calls.fold_answered(session_id, request.tool_call)
                 self._send_answer(request_id, session_id, decision, started)
                 return
-            if size is None:
-                size = _cost(message, frame)
-                why = self._over_budget(size)
-                if why is not None:
-                    self._refuse(message, why)
-                    return
-            self._pend(request_id, request, registration, size)
+            size = self._admitted(message, frame, size)
+            if size is not None:
+                self._pend(request_id, request, registration, size)
             return
         log.warning(
             "no handler for session %s: permission %s answered cancelled",

@@ -514,7 +514,7 @@ class UnknownUpdate(msgspec.Struct, frozen=True):
     data: dict[str, Any]
 
 
-SessionUpdate: TypeAlias = (
+_KnownUpdate: TypeAlias = (
     UserMessageChunk
     | AgentMessageChunk
     | AgentThoughtChunk
@@ -523,8 +523,8 @@ SessionUpdate: TypeAlias = (
     | Plan
     | AvailableCommandsUpdate
     | CurrentModeUpdate
-    | UnknownUpdate
 )
+SessionUpdate: TypeAlias = _KnownUpdate | UnknownUpdate
 """The ``update`` of a ``session/update`` notification, typed leniently: what
 :attr:`InboundNotification.update` holds, what the tool-call tracker folds and
 what ``permclient.acp``'s ``on_update`` callbacks get."""
@@ -532,16 +532,7 @@ what ``permclient.acp``'s ``on_update`` callbacks get."""
 
 class _TypedSessionNotification(msgspec.Struct, rename="camel"):
     session_id: str
-    update: (
-        UserMessageChunk
-        | AgentMessageChunk
-        | AgentThoughtChunk
-        | ToolCallStarted
-        | ToolCallProgress
-        | Plan
-        | AvailableCommandsUpdate
-        | CurrentModeUpdate
-    )
+    update: _KnownUpdate
 
 
 class _UntypedSessionNotification(msgspec.Struct, rename="camel"):

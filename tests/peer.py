@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import msgspec
 import trio
+import trio.testing
 
+import permclient
 from permclient.framing import ContentLengthFramer, NewlineFramer
+
+
+@asynccontextmanager
+async def connected(
+    dialect: str = "bridge", **kwargs: Any
+) -> AsyncIterator[tuple[permclient.Client, FakePeer]]:
+    """A client over an in-memory stream, and the peer at its other end."""
+    ours, theirs = trio.testing.memory_stream_pair()
+    async with permclient.open_client(ours, dialect=dialect, **kwargs) as client:  # type: ignore[arg-type]
+        yield client, FakePeer(theirs, dialect)
 
 
 class FakePeer:

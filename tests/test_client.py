@@ -23,19 +23,12 @@ import permclient
 import permclient.framing
 from permclient import Cancelled, ConnectionClosed, PermissionRequest, RequestError, Selected
 
-from .peer import CANCELLED, FakePeer, allow_deny, selected
+from .peer import CANCELLED, FakePeer, allow_deny, connected, selected
 
 DIALECTS = ["bridge", "acp"]
 CANCEL_SPELLINGS = [("$/cancelRequest", "id"), ("$/cancel_request", "requestId")]
 
 
-@asynccontextmanager
-async def connected(
-    dialect: str = "bridge", **kwargs: Any
-) -> AsyncIterator[tuple[permclient.Client, FakePeer]]:
-    ours, theirs = trio.testing.memory_stream_pair()
-    async with permclient.open_client(ours, dialect=dialect, **kwargs) as client:  # type: ignore[arg-type]
-        yield client, FakePeer(theirs, dialect)
 
 
 async def assert_nothing_more(peer: FakePeer) -> None:

@@ -8,8 +8,6 @@ without an event loop in test_connection.py.)
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -19,18 +17,11 @@ import trio.testing
 import permclient
 from permclient import Cancelled, Decision, PermissionRequest, Question, Selected, WithdrawnBy
 
-from .peer import CANCELLED, FakePeer, selected
+from .peer import CANCELLED, connected, selected
 
 DIALECTS = ["bridge", "acp"]
 
 
-@asynccontextmanager
-async def connected(
-    dialect: str = "bridge", **kwargs: Any
-) -> AsyncIterator[tuple[permclient.Client, FakePeer]]:
-    ours, theirs = trio.testing.memory_stream_pair()
-    async with permclient.open_client(ours, dialect=dialect, **kwargs) as client:  # type: ignore[arg-type]
-        yield client, FakePeer(theirs, dialect)
 
 
 class Inbox:
