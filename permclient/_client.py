@@ -42,7 +42,7 @@ from ._connection import (
     Stopped,
 )
 from ._errors import RemoteProtocolError, RequestError
-from ._handlers import AsyncHandler, PermissionHandler, Question, WithdrawnBy
+from ._handlers import AsyncHandler, PermissionHandler, Question
 from ._inline import UNANSWERED, Relay, start
 from ._messages import DECODE_ERRORS, RequestId
 from ._telemetry import RunsInBackground, Telemetry
@@ -456,7 +456,9 @@ class Client:
     async def _run_permission(self, question: Question, handler: AsyncHandler) -> None:
         conn = self._conn
         scope = trio.CancelScope()
-        question.on_withdraw(functools.partial(_cancel_scope, self, scope))
+        # However the question is settled (withdrawn, or answered by another view
+        # through pending_questions()), the handler's answer is no longer wanted.
+        question._on_settled = functools.partial(self._cancel_later, scope)
         answer: object = UNANSWERED
         try:
             finished, outcome = start(scope, handler, question.request, self._context.copy())
@@ -652,10 +654,6 @@ def _abort_idle(
     """An idle worker is cancelled (teardown): it is no longer waiting."""
     idle.remove(task)
     return trio.lowlevel.Abort.SUCCEEDED
-
-
-def _cancel_scope(client: Client, scope: trio.CancelScope, by: WithdrawnBy) -> None:
-    client._cancel_later(scope)
 
 
 @asynccontextmanager

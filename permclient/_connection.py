@@ -89,6 +89,9 @@ DEFAULT_MAX_PENDING_BYTES: Final = 128 * 1024 * 1024
 """Pending inbound requests: at most what their frames take once decoded (see
 json_cost), whatever the handler then keeps aside."""
 _BRIEF: Final = 80
+# What a telemetry record keeps of a peer's string, and of a list of them.
+_TELEMETRY_CHARS: Final = 256
+_TELEMETRY_ITEMS: Final = 64
 DEFAULT_MAX_PENDING: Final = 16384
 _CANCELLED: Final = Cancelled()
 _PERMISSION_CANCELLED: Final = PermissionResponse(_CANCELLED)
@@ -198,11 +201,12 @@ Event: TypeAlias = (
 class PermissionRegistration:
     """One ``permission_handler`` registration in its session's stack."""
 
-    __slots__ = ("handler", "pending", "session_id", "timeout")
+    __slots__ = ("handler", "pending", "removed", "session_id", "timeout")
 
     def __init__(self, session_id: str, handler: PermissionHandler, timeout: float | None) -> None:
         self.session_id = session_id
         self.handler = handler
+        self.removed = False
         self.timeout = timeout  # seconds from a request's arrival, or None
         self.pending: dict[Question, None] = {}  # a set, in less memory; in arrival order
 
@@ -547,9 +551,9 @@ class Connection:
         stack.remove(registration)
         if not stack:
             del self._stacks[registration.session_id]
+        registration.removed = True
         self._timed.discard(registration)
-        for question in list(registration.pending):
-            self._withdraw(question, "turn")
+        self._withdraw(list(registration.pending), "turn")
 
     def add_request_handler(
         self, method: str, handler: RequestHandler, cancelled_result: Any = NO_RESULT
@@ -849,7 +853,7 @@ class Connection:
             return
         question = self._questions.get(target)
         if question is not None:
-            self._withdraw(question, "peer")
+            self._withdraw([question], "peer")
             return
         inbound = self._requests.get(target)
         if inbound is not None:
@@ -895,7 +899,10 @@ class Connection:
             return
         offered = request.options  # a tuple of frozen options: what the answer is checked against
         started = self._clock() if telemetry else 0.0
-        for registration in reversed(stack or ()):
+        # A snapshot: a rule may close registrations (its own too) while it runs.
+        for registration in reversed(tuple(stack or ())):
+            if registration.removed:
+                continue
             handler = registration.handler
             if type(handler) is Rule:
                 decision = self._run_rule(handler, request, offered)
@@ -1023,34 +1030,40 @@ class Connection:
         registration.pending.pop(question, None)
         if question.deadline is not None and not registration.pending:
             self._timed.discard(registration)  # nothing of it left to time
-        self.tool_calls.end_approval(question.session_id, question.request.tool_call.tool_call_id)
+        self.tool_calls.end_approval(question.session_id, question._tool_call_id)
         return question._retire(withdrawn_by)
 
-    def _withdraw(self, question: Question, by: WithdrawnBy) -> None:
-        """Answer ``cancelled`` now and tell whoever holds the question."""
-        if self._questions.get(question.request_id) is not question:
-            return
-        callbacks = self._retire(question, by)
-        self._queue(encode_result(question.request_id, _PERMISSION_CANCELLED))
-        if self._telemetry is not None:
-            self._emit(
-                "approval.cancelled",
-                request_id=question.request_id,
-                session_id=question.session_id,
-                by=by,
-                latency_ms=round((self._clock() - question.started) * 1000, 3),
-            )
-        for callback in callbacks:
-            try:
-                callback(by)
-            except BaseException as exc:
-                self.host_code_failed(exc, "withdraw callback of %r failed", question)
+    def _withdraw(self, questions: list[Question], by: WithdrawnBy) -> None:
+        """Answer ``cancelled`` now, then tell whoever holds each question.
+
+        All or nothing: every question of the withdrawal is answered before any
+        withdraw callback runs, so no callback can answer a sibling meanwhile.
+        """
+        told: list[tuple[Question, list[Callable[[WithdrawnBy], object]]]] = []
+        for question in questions:
+            if self._questions.get(question.request_id) is not question:
+                continue
+            told.append((question, self._retire(question, by)))
+            self._queue(encode_result(question.request_id, _PERMISSION_CANCELLED))
+            if self._telemetry is not None:
+                self._emit(
+                    "approval.cancelled",
+                    request_id=question.request_id,
+                    session_id=question.session_id,
+                    by=by,
+                    latency_ms=round((self._clock() - question.started) * 1000, 3),
+                )
+        for question, callbacks in told:
+            for callback in callbacks:
+                try:
+                    callback(by)
+                except BaseException as exc:
+                    self.host_code_failed(exc, "withdraw callback of %r failed", question)
 
     def cancel_permissions(self, session_id: str) -> int:
         """Answer every pending permission request of ``session_id`` ``cancelled`` now."""
         questions = [q for q in self._questions.values() if q.session_id == session_id]
-        for question in questions:
-            self._withdraw(question, "turn")
+        self._withdraw(questions, "turn")
         return len(questions)
 
     def pending_permissions(self, session_id: str | None = None) -> int:
@@ -1084,12 +1097,14 @@ class Connection:
 
     def expire(self, now: float) -> None:
         """Withdraw every question pending past its registration's timeout at ``now``."""
+        due: list[Question] = []
         for registration in list(self._timed):
-            while registration.pending:
-                question = next(iter(registration.pending))
+            for question in registration.pending:  # in arrival order: due ones come first
                 if question.deadline is None or question.deadline > now:
                     break
-                self._withdraw(question, "timeout")
+                due.append(question)
+        self._withdraw(due, "timeout")
+        for registration in list(self._timed):
             if not registration.pending:
                 self._timed.discard(registration)
 
@@ -1109,8 +1124,7 @@ class Connection:
         outbound, self._outbound = self._outbound, {}
         for request_id in outbound:
             self._events.append(ResponseReceived(request_id, None, ConnectionClosed(reason)))
-        for question in list(self._questions.values()):
-            self._withdraw(question, "teardown")
+        self._withdraw(list(self._questions.values()), "teardown")
         for inbound in list(self._requests.values()):
             self._cancel_request(inbound, answer_now=True)
         self._event(Closed(reason))
@@ -1119,6 +1133,9 @@ class Connection:
 
     def _emit(self, event: str, **fields: Any) -> None:
         if self._telemetry is not None:
+            for name, value in fields.items():
+                if isinstance(value, str | list):
+                    fields[name] = _capped(value)
             try:
                 self._telemetry.emit(event, **fields)
             except BaseException as exc:
@@ -1170,6 +1187,16 @@ def _cost(message: Request, frame: bytes) -> int:
     if isinstance(message.id, str):
         size += str_cost(message.id)
     return size
+
+
+def _capped(value: Any) -> Any:
+    """A peer's string (or list of them) as telemetry keeps it: cut short, so a record
+    never holds megabytes of what a peer sent (sinks bound records, not their size)."""
+    if isinstance(value, list):
+        return [_capped(item) for item in value[:_TELEMETRY_ITEMS]]
+    if isinstance(value, str) and len(value) > _TELEMETRY_CHARS:
+        return value[:_TELEMETRY_CHARS] + "..."
+    return value
 
 
 def _add(

@@ -100,15 +100,17 @@ class Question:
 
     __slots__ = (
         "_connection",
+        "_offered",
+        "_on_settled",
         "_on_withdraw",
         "_registration",
+        "_request_id",
+        "_session_id",
         "_shared",
         "_size",
+        "_tool_call_id",
         "deadline",
-        "offered",
         "request",
-        "request_id",
-        "session_id",
         "started",
         "withdrawn_by",
     )
@@ -122,24 +124,42 @@ class Question:
         started: float,
     ) -> None:
         self._connection: Connection | None = connection  # None once answered
-        self.request_id: RequestId | None = request_id
-        """The JSON-RPC id of the runtime's request (unique among pending ones)."""
+        # What the connection routes, checks and retires by: kept apart from the
+        # request, which the handler may change, and read-only from outside.
+        self._request_id = request_id
+        self._session_id = request.session_id
+        self._tool_call_id = request.tool_call.tool_call_id
+        self._offered = offered
         self.request = request
-        """The request as the runtime sent it (decoded once)."""
-        self.session_id: str = request.session_id
-        """The session the question belongs to (as routed: the handler cannot change it)."""
-        self.offered = offered
-        """The options offered: an answer is checked against these."""
+        """The request as the runtime sent it (decoded once): the handler's to read."""
         self.started = started  # the connection's clock at arrival
         self.deadline: float | None = None
         self.withdrawn_by: WithdrawnBy | None = None
         """Why the question was withdrawn, or ``None``."""
         self._on_withdraw: list[Callable[[WithdrawnBy], object]] | None = None
+        # The driver's hook, called however the question is settled (it cancels an
+        # async handler's scope: its answer is no longer wanted).
+        self._on_settled: Callable[[], object] | None = None
         # The connection's bookkeeping: where the question is held, its share of an
         # option set held once, what it counts against the pending bytes.
         self._registration: object = None
         self._shared: object = None
         self._size = 0
+
+    @property
+    def request_id(self) -> RequestId | None:
+        """The JSON-RPC id of the runtime's request (unique among pending ones)."""
+        return self._request_id
+
+    @property
+    def session_id(self) -> str:
+        """The session the question belongs to, as routed."""
+        return self._session_id
+
+    @property
+    def offered(self) -> tuple[PermissionOption, ...]:
+        """The options offered, as received: an answer is checked against these."""
+        return self._offered
 
     def __repr__(self) -> str:
         state = "open" if self._connection is not None else self.withdrawn_by or "answered"
@@ -187,6 +207,9 @@ class Question:
         """Refuse later answers; the withdraw callbacks to run, if it was withdrawn."""
         self._connection = None
         callbacks, self._on_withdraw = self._on_withdraw, None
+        settled, self._on_settled = self._on_settled, None
+        if settled is not None:
+            settled()
         if withdrawn_by is None:
             return []
         self.withdrawn_by = withdrawn_by
@@ -205,7 +228,9 @@ def checked_decision(answer: object, offered: tuple[PermissionOption, ...]) -> D
         if type(chosen) is str:
             for option in offered:
                 if option.option_id == chosen:
-                    return answer
+                    # Built from the offered option: the caller's object (another
+                    # thread may hold it) is never what gets encoded.
+                    return Selected(option.option_id, meta=answer.meta)
         log.warning(
             "handler chose option %r, which was not offered (%s); answered cancelled",
             chosen if type(chosen) is str else type(chosen).__qualname__,
