@@ -332,3 +332,23 @@ async def test_async_handler_raising_keyboard_interrupt_answers_all_once_and_rer
                 answers.append(await peer.receive())
             await trio.sleep_forever()
     assert sorted(answers, key=lambda m: m["id"]) == [_answer(1, CANCELLED), _answer(2, CANCELLED)]
+
+
+def test_a_handle_never_reports_a_selected_subclass_as_the_answer_given() -> None:
+    from permclient.embed import PermissionHandle
+
+    class LooksSelected(permclient.Selected):
+        pass
+
+    request = permclient.PermissionRequest.from_json(
+        json.dumps(
+            {
+                "sessionId": "s",
+                "toolCall": {"toolCallId": "c1"},
+                "options": [{"optionId": "allow", "name": "Allow", "kind": "allow_once"}],
+            }
+        )
+    )
+    handle = PermissionHandle(request, lambda: None, lambda call: call())
+    assert handle.answer(LooksSelected("allow")) is True  # accepted, and failed closed
+    assert handle.decision == permclient.Cancelled()  # what the runtime gets, too

@@ -138,13 +138,18 @@ class PermissionHandle:
     def _checked(self, decision: object) -> Decision:
         """``decision`` if it answers ``selected`` or is ``Cancelled``, else ``Cancelled()``."""
         try:
-            if isinstance(decision, Selected):
+            # Exact types, as the core checks them: a subclass is not an answer there,
+            # so the handle must not report one as given.
+            if type(decision) is Selected:
                 option_id = decision.option_id
                 if type(option_id) is str and option_id in self._offered:
                     return decision
-            elif isinstance(decision, Cancelled):
+            elif type(decision) is Cancelled:
                 return decision
-            log.warning("answer %r is not an offered choice: answered cancelled", decision)
+            log.warning(
+                "answer of type %s is not an offered choice: answered cancelled",
+                type(decision).__qualname__,
+            )
         except Exception:
             log.exception("answer %r could not be checked: answered cancelled", decision)
         return Cancelled()
