@@ -465,6 +465,7 @@ class Client:
             # If it blocked: the rest of the handler, in its scope and its context.
             answer = outcome if finished else await cast(Relay, outcome)
         except BaseException as exc:
+            question._on_settled = None  # the handler is over: nothing left to cancel
             conn.answer(question, _CANCELLED)
             self._host_code_failed(
                 exc,
@@ -472,6 +473,7 @@ class Client:
                 question.session_id,
             )
         finally:
+            question._on_settled = None
             # Runs on every path, including our own cancellation: exactly one answer.
             conn.answer(question, _CANCELLED if answer is UNANSWERED else answer)
 
