@@ -969,7 +969,7 @@ class Connection:
                     exc, "deferred handler for session %r failed", question.session_id
                 )
             return
-        # Started after the rest of this read is dispatched, in one task for all.
+        # Handed to the driver after the rest of this read is dispatched, in order.
         self._starting.append((question, handler))  # type: ignore[arg-type]
 
     def _share_options(self, options: tuple[PermissionOption, ...]) -> _SharedOptions | None:

@@ -227,7 +227,7 @@ async def test_something_not_awaitable_raises_type_error() -> None:
 
 
 async def test_the_task_is_left_in_its_own_cancel_scope_afterwards() -> None:
-    # A mis-spliced status would leave the task cancelled or misnested: a later
+    # A scope left entered would leave the task cancelled or misnested: a later
     # scope of the caller must still open, block, time out and close cleanly.
     async def handler() -> str:
         with trio.move_on_after(3600):
