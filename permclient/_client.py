@@ -155,7 +155,6 @@ class Client:
         # The writer outlives an outer cancellation so owed answers still go out;
         # teardown cancels it once they are flushed (or the grace period ends).
         self._writer_scope = trio.CancelScope(shield=True)
-        self._stopped_by: BaseException | None = None  # a KeyboardInterrupt or SystemExit
         self._body_scope = trio.CancelScope()  # the body of open_client
         self._closed_event = trio.Event()
         # Handler scopes to cancel once teardown's answers are written: thousands of
@@ -396,9 +395,7 @@ class Client:
             self._closed_event.set()
             self._nursery.start_soon(self._cancel_when_flushed, name="permclient: teardown")
         elif type(event) is Stopped:
-            if self._stopped_by is None:
-                self._stopped_by = event.exc
-            self._body_scope.cancel()
+            self._body_scope.cancel()  # open_client raises the connection's stopped_by
 
     def _host_code_failed(self, exc: BaseException, what: str, *args: object) -> None:
         """Contain what a handler raised; re-raise a real cancellation of this task.
@@ -730,7 +727,7 @@ async def open_client(
                 await stream.aclose()
     if isinstance(telemetry, RunsInBackground):
         telemetry.flush()  # what its task had no time to write
-    if client._stopped_by is not None:
-        raise client._stopped_by
+    if connection.stopped_by is not None:
+        raise connection.stopped_by
     if body_error is not None:
         raise body_error

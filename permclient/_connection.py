@@ -297,9 +297,9 @@ class Connection:
     Feed it with :meth:`receive_data` / :meth:`receive_eof`; send what
     :meth:`data_to_send` returns; handle :meth:`events`. ``clock`` is the time
     source for timeouts and telemetry latencies (the trio driver gives
-    ``trio.current_time``). ``on_output`` is called whenever bytes are queued or an
-    event is added outside :meth:`receive_data` (e.g. a deferred answer given from
-    a UI callback), so a driver can wake its writer.
+    ``trio.current_time``). ``on_output`` is called when bytes are queued into an
+    empty buffer, or an event is added, outside :meth:`receive_data` (e.g. a
+    deferred answer given from a UI callback), so a driver can wake its writer.
     """
 
     def __init__(
@@ -598,10 +598,17 @@ class Connection:
         if method in _CANCEL_METHODS:
             self._on_peer_cancel(message.params)
             return
-        session_id = _session_id_of(message.params)
-        notification = InboundNotification(method, bytes(message.params), session_id)
         if method == "session/update":
-            self.tool_calls.apply(notification)
+            # One decode gives the typed update and the session it routes to.
+            notification = InboundNotification.session_update(bytes(message.params))
+            if notification.update is None:  # no session update: route it as any other
+                notification.session_id = _session_id_of(message.params)
+            else:
+                self.tool_calls.apply(notification)
+            session_id = notification.session_id
+        else:
+            session_id = _session_id_of(message.params)
+            notification = InboundNotification(method, bytes(message.params), session_id)
         callbacks = self._method_callbacks.get(method)
         session_callbacks = self._session_callbacks.get(session_id) if session_id else None
         if not callbacks and not session_callbacks:

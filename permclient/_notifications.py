@@ -57,6 +57,18 @@ class InboundNotification:
         update: SessionUpdate | None = self._update
         return update
 
+    @classmethod
+    def session_update(cls, raw: bytes) -> InboundNotification:
+        """A ``session/update`` decoded once, its typed update and its session with it
+        (``session_id`` stays ``None`` when the params are no session update)."""
+        notification = cls("session/update", raw, None)
+        notification._update = None
+        if raw:
+            with contextlib.suppress(*DECODE_ERRORS):
+                session_id, notification._update = decode_session_update(raw)
+                notification.session_id = session_id or None
+        return notification
+
     def forget_decoded(self) -> None:
         """Drop what was decoded (kept as bytes only, e.g. while held: a peer's few
         bytes of JSON can decode into many times as many of objects)."""
