@@ -373,9 +373,12 @@ class Client:
 
     def _on_output(self) -> None:
         """The connection queued bytes or an event outside a read."""
+        self._wake_writer()
+        self._pump()
+
+    def _wake_writer(self) -> None:
         if self._writer_lot:  # only when the writer is parked: unpark_all is not free
             self._writer_lot.unpark_all()
-        self._pump()
 
     def _pump(self) -> None:
         for event in self._conn.events():
@@ -594,8 +597,8 @@ class Client:
                     conn.receive_eof()
                     return
                 conn.receive_data(data)
-                if conn.bytes_queued and self._writer_lot:
-                    self._writer_lot.unpark_all()
+                if conn.bytes_queued:
+                    self._wake_writer()
                 self._pump()
                 if conn.has_deadlines:
                     self._watch_deadline(conn.next_deadline())
