@@ -6,8 +6,8 @@ connection each read and acts on its events (start handlers, wake callers); the
 writer owns the stream's send side and writes whatever the connection has queued
 since its last write (batched writes; queueing a frame is a synchronous append,
 so a cancelled caller can never leave half a frame on the wire). Async permission
-handlers run in worker tasks that outlive them, each handler in a cancel scope of
-its own; rule and deferred handlers need no task at all.
+handlers run in worker tasks that outlive them, each handler inside a cancel scope
+that is its alone while it runs; rule and deferred handlers need no task at all.
 """
 
 from __future__ import annotations
@@ -265,7 +265,8 @@ class Client:
         * ``permclient.deferred(fn)``: ``fn(question) -> None`` returns at once; the
           answer comes later through the :class:`Question`.
         * an async function ``async (PermissionRequest) -> Decision``, run in a
-          cancel scope of its own that a peer cancel cancels.
+          cancel scope that is its alone while it runs and that a peer cancel
+          cancels.
 
         Only ``Selected(option_id)`` with an offered id answers ``selected``;
         anything else (``Cancelled()``, an exception, another value, an id that
@@ -435,34 +436,50 @@ class Client:
         A worker outlives its handler and waits for the next, up to _IDLE_WORKERS
         of them: a task made per request costs about as much as the rest of an
         approval. Each handler runs in a fresh copy of the client's context (a
-        ``ContextVar`` one handler sets never reaches another) and in a cancel
-        scope of its own, entered before it starts (see _inline).
+        ``ContextVar`` one handler sets never reaches another).
+        """
+        while await self._work_in_scope():
+            pass  # a handler's scope was cancelled: go on in a fresh one
+
+    async def _work_in_scope(self) -> bool:
+        """Run handlers inside one cancel scope until one of them is cancelled.
+
+        The scope is the running handler's alone: a question settled while its
+        handler runs cancels it, and a cancelled scope is left before the next
+        handler starts (the worker goes on in a new one). Entering a scope per
+        handler would cost as much as the rest of an approval. Returns False when
+        the worker is no longer needed.
         """
         task = trio.lowlevel.current_task()
         jobs = self._jobs
-        abort_idle = functools.partial(_abort_idle, self._idle, task)
-        while True:
-            if not jobs:
-                if len(self._idle) >= _IDLE_WORKERS:
-                    return
-                self._idle.append(task)
-                await trio.lowlevel.wait_task_rescheduled(abort_idle)
-                continue
-            question, handler = jobs.popleft()
-            if question.done:
-                continue  # withdrawn before its handler ran: no card for a settled question
-            await self._run_permission(question, handler)
+        idle = self._idle
+        abort_idle = functools.partial(_abort_idle, idle, task)
+        scope = _HandlerScope(self)
+        with scope.scope:
+            while not scope.cancelled:
+                if not jobs:
+                    if len(idle) >= _IDLE_WORKERS:
+                        return False
+                    idle.append(task)
+                    await trio.lowlevel.wait_task_rescheduled(abort_idle)
+                    continue
+                question, handler = jobs.popleft()
+                if question.done:
+                    continue  # withdrawn before its handler ran: no card for a settled question
+                await self._run_permission(question, handler, scope.cancel)
+        return True
 
-    async def _run_permission(self, question: Question, handler: AsyncHandler) -> None:
+    async def _run_permission(
+        self, question: Question, handler: AsyncHandler, cancel: Callable[[], None]
+    ) -> None:
         conn = self._conn
-        scope = trio.CancelScope()
         # However the question is settled (withdrawn, or answered by another view
         # through pending_questions()), the handler's answer is no longer wanted.
-        question._on_settled = functools.partial(self._cancel_later, scope)
+        question._on_settled = cancel
         answer: object = UNANSWERED
         try:
-            finished, outcome = start(scope, handler, question.request, self._context.copy())
-            # If it blocked: the rest of the handler, in its scope and its context.
+            finished, outcome = start(handler, question.request, self._context.copy())
+            # If it blocked: the rest of the handler, in its context.
             answer = outcome if finished else await cast(Relay, outcome)
         except BaseException as exc:
             question._on_settled = None  # the handler is over: nothing left to cancel
@@ -648,6 +665,22 @@ class Client:
             if self._timeout_wake is not None:
                 self._timeout_wake.cancel()
                 self._timeout_wake = None
+
+
+class _HandlerScope:
+    """A worker's cancel scope, and whether a handler's question cancelled it
+    (``CancelScope.cancel_called`` reads the clock each time)."""
+
+    __slots__ = ("_client", "cancelled", "scope")
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+        self.scope = trio.CancelScope()
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        self._client._cancel_later(self.scope)
 
 
 def _abort_idle(

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeAlias, cast
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from ._errors import ConnectionClosed, LocalProtocolError, RemoteProtocolError, RequestError
 from ._handlers import (
@@ -153,7 +154,7 @@ class ResponseReceived:
 
 
 class StartPermissionHandlers:
-    """Run these async handlers, in order, each in its own cancel scope."""
+    """Run these async handlers, in order, each in a cancel scope of its own while it runs."""
 
     __slots__ = ("batch",)
 
@@ -253,6 +254,7 @@ class _SessionScoped(msgspec.Struct, rename="camel"):
 
 
 _session_scoped_decoder: Final = msgspec.json.Decoder(_SessionScoped)
+_NO_PARAMS: Final = msgspec.Raw()
 _any_decoder: Final = msgspec.json.Decoder()
 
 
@@ -262,6 +264,56 @@ def session_of(params: Any) -> str | None:
         params.get("sessionId") if isinstance(params, dict) else getattr(params, "session_id", None)
     )
     return value if isinstance(value, str) else None
+
+
+class _WholePermissionRequest(msgspec.Struct, gc=False):
+    """A ``session/request_permission`` request decoded with its params in one pass."""
+
+    id: RequestId | None
+    method: str
+    params: PermissionRequest
+    jsonrpc: str | UnsetType = UNSET
+    result: msgspec.Raw = msgspec.Raw()
+    error: msgspec.Raw = msgspec.Raw()
+
+
+_whole_permission_request_decoder: Final = msgspec.json.Decoder(_WholePermissionRequest)
+_PERMISSION_METHOD_JSON: Final = b'"' + PERMISSION_METHOD.encode() + b'"'
+
+
+def parse_permission_request(frame: bytes) -> Request | None:
+    """The frame as a well-formed permission request, decoded in one pass; ``None``
+    for anything else (which :func:`parse_message` classifies, and says what is
+    wrong with).
+
+    Most frames a client reads are permission requests: decoding the envelope,
+    then its params, would read each twice. A large frame is left to the general
+    path, which checks the pending bytes it would cost before decoding its params.
+    """
+    if (
+        len(frame) > _EAGER_COST_FRAME
+        or _PERMISSION_METHOD_JSON not in frame
+        or not frame.isascii()  # (a non-ASCII frame needs parse_message's UTF-8 checks)
+    ):
+        return None
+    try:
+        whole = _whole_permission_request_decoder.decode(frame)
+    except DECODE_ERRORS:
+        return None
+    if (
+        whole.method != PERMISSION_METHOD
+        or whole.jsonrpc != "2.0"
+        or whole.result
+        or whole.error
+    ):
+        return None
+    return Request(whole.id, PERMISSION_METHOD, _NO_PARAMS, whole.params)
+
+
+def _session_of_request(message: Request) -> str | None:
+    if message.decoded is not None:
+        return cast(PermissionRequest, message.decoded).session_id
+    return _session_id_of(message.params)
 
 
 def _session_id_of(params: msgspec.Raw) -> str | None:
@@ -429,7 +481,7 @@ class Connection:
     def _dispatch(self, frame: bytes) -> None:
         message: Message | None = None
         try:
-            message = parse_message(frame)
+            message = parse_permission_request(frame) or parse_message(frame)
             if self.closed_reason is not None and not isinstance(message, Request | InvalidMessage):
                 return  # closed by host code earlier in this read: only requests are owed
             if isinstance(message, Request):
@@ -701,7 +753,7 @@ class Connection:
             self._emit(
                 "server_request.start",
                 request_id=request_id,
-                session_id=_session_id_of(message.params),
+                session_id=_session_of_request(message),
                 method=message.method,
             )
         if self._is_pending(request_id):
@@ -758,7 +810,7 @@ class Connection:
             self._emit(
                 "approval.refused",
                 request_id=message.id,
-                session_id=_session_id_of(message.params),
+                session_id=_session_of_request(message),
                 reason=why,
             )
         else:
@@ -873,7 +925,7 @@ class Connection:
     def _on_permission_request(self, message: Request, frame: bytes, size: int | None) -> None:
         request_id, raw = message.id, message.params
         try:
-            request = permission_request_decoder.decode(raw)
+            request = message.decoded or permission_request_decoder.decode(raw)
         except DECODE_ERRORS as exc:
             log.warning(
                 "malformed permission request %s answered cancelled: %s", brief(request_id), exc

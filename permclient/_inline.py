@@ -1,17 +1,14 @@
-"""Start an async handler inside its cancel scope and its own context, in the
-calling task.
+"""Start an async handler in its own context, in the calling task.
 
-:func:`start` enters the request's scope, then steps the handler once by hand in
-the context it is given (a task's context only takes effect at its next step, and
-a worker task runs one handler after another: each must start in a fresh copy,
-so context variables one handler sets never reach the next). If it finishes,
-that is the answer and the scope is left. If it blocks, the returned
-:class:`Relay` runs the rest of it, still inside that scope, with that context
-made the task's.
+:func:`start` steps the handler once by hand in the context it is given (a
+task's context only takes effect at its next step, and a worker task runs one
+handler after another: each must start in a fresh copy, so context variables one
+handler sets never reach the next). If it finishes, that is the answer. If it
+blocks, the returned :class:`Relay` runs the rest of it, with that context made
+the task's.
 
-Only public APIs: the scope is an ordinary ``trio.CancelScope`` entered before
-the handler runs, so every scope the handler opens nests inside it; the relay
-passes the handler's yields to trio and trio's replies back, as ``await`` does.
+Only public APIs: the relay passes the handler's yields to trio and trio's
+replies back, as ``await`` does; the caller's cancel scope is the handler's.
 """
 
 from __future__ import annotations
@@ -26,56 +23,43 @@ import trio
 A = TypeVar("A")
 
 UNANSWERED: Final[Any] = object()
-"""What a relay returns when the scope caught a cancellation: the handler gave no answer."""
+"""What a handler that gave no answer (it raised) leaves as its result."""
 
 
 def start(
-    scope: trio.CancelScope,
-    handler: Callable[[A], Awaitable[Any]],
-    arg: A,
-    context: contextvars.Context,
+    handler: Callable[[A], Awaitable[Any]], arg: A, context: contextvars.Context
 ) -> tuple[bool, Any]:
-    """Call ``handler(arg)`` inside ``scope`` and in ``context``, and run it until it
-    first blocks.
+    """Call ``handler(arg)`` in ``context``, and run it until it first blocks.
 
-    Returns ``(True, result)`` if it finished (``UNANSWERED`` if the scope caught
-    a cancellation), or ``(False, relay)``: awaiting ``relay`` at once, in this
-    same task, runs the rest inside ``scope`` and returns the result. A handler
-    that raises before blocking raises here, with the scope left.
+    Returns ``(True, result)`` if it finished, or ``(False, relay)``: awaiting
+    ``relay`` at once, in this same task, runs the rest and returns the result. A
+    handler that raises before blocking raises here.
     """
-    scope.__enter__()
+    awaitable = context.run(handler, arg)
+    steps = awaitable if type(awaitable) is types.CoroutineType else _await(awaitable)
     try:
-        awaitable = context.run(handler, arg)
-        steps = awaitable if type(awaitable) is types.CoroutineType else _await(awaitable)
         yielded = context.run(steps.send, None)
     except StopIteration as done:
-        scope.__exit__(None, None, None)
         return True, done.value
-    except BaseException as exc:
-        if scope.__exit__(type(exc), exc, exc.__traceback__):
-            return True, UNANSWERED  # the scope caught its own cancellation
-        raise
-    return False, Relay(steps, scope, context, yielded)
+    return False, Relay(steps, context, yielded)
 
 
 class Relay(Generator[Any, Any, Any]):
-    """The rest of a blocked handler, inside its scope (``await`` delegates here).
+    """The rest of a blocked handler (``await`` delegates here).
 
     A small object rather than a generator: one is alive per pending request, and
     a generator frame is several times its size.
     """
 
-    __slots__ = ("_context", "_coro", "_scope", "_yielded")
+    __slots__ = ("_context", "_coro", "_yielded")
 
     def __init__(
         self,
         coro: Coroutine[Any, Any, Any] | Generator[Any, Any, Any],
-        scope: trio.CancelScope,
         context: contextvars.Context,
         yielded: Any,
     ) -> None:
         self._coro = coro
-        self._scope = scope
         self._context = context
         self._yielded = yielded  # the trap it blocked on, until trio gets it
 
@@ -91,21 +75,10 @@ class Relay(Generator[Any, Any, Any]):
             trio.lowlevel.current_task().context = self._context
             self._yielded = _PASSED
             return yielded
-        return self._step(self._coro.send, value)
+        return self._coro.send(value)
 
     def throw(self, typ: Any, value: Any = None, traceback: Any = None) -> Any:
-        return self._step(self._coro.throw, _exception(typ, value, traceback))
-
-    def _step(self, call: Callable[[Any], Any], arg: Any) -> Any:
-        try:
-            return call(arg)
-        except StopIteration:
-            self._scope.__exit__(None, None, None)
-            raise
-        except BaseException as exc:
-            if self._scope.__exit__(type(exc), exc, exc.__traceback__):
-                raise StopIteration(UNANSWERED) from None  # the scope caught a cancellation
-            raise
+        return self._coro.throw(_exception(typ, value, traceback))
 
 
 _PASSED: Final[Any] = object()

@@ -54,6 +54,8 @@ class Request(msgspec.Struct, gc=False):
     id: RequestId | None
     method: str
     params: msgspec.Raw
+    decoded: Any = None
+    """The params already decoded with the envelope (then ``params`` is empty)."""
 
 
 class Notification(msgspec.Struct, gc=False):

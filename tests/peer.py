@@ -70,19 +70,26 @@ class FakePeer:
         **extra: Any,
     ) -> Any:
         """Send a well-formed session/request_permission; returns its id."""
-        params = {
-            "sessionId": session_id,
-            "toolCall": {
-                "toolCallId": tool_call_id,
-                "title": f"run {tool_call_id}",
-                "kind": "execute",
-                "status": "pending",
-                "rawInput": {"command": "python3"},
-            },
-            "options": options if options is not None else allow_deny(),
-            **extra,
-        }
+        params = permission_params(session_id, tool_call_id, options, **extra)
         return await self.request("session/request_permission", params, request_id)
+
+
+def permission_params(
+    session_id: str, tool_call_id: str = "call-1", options: Any = None, **extra: Any
+) -> dict[str, Any]:
+    """The params of a well-formed session/request_permission."""
+    return {
+        "sessionId": session_id,
+        "toolCall": {
+            "toolCallId": tool_call_id,
+            "title": f"run {tool_call_id}",
+            "kind": "execute",
+            "status": "pending",
+            "rawInput": {"command": "python3"},
+        },
+        "options": options if options is not None else allow_deny(),
+        **extra,
+    }
 
 
 def allow_deny() -> list[dict[str, str]]:

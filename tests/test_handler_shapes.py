@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import msgspec
 import pytest
 import trio
 import trio.testing
@@ -17,7 +18,7 @@ import trio.testing
 import permclient
 from permclient import Cancelled, Decision, PermissionRequest, Question, Selected, WithdrawnBy
 
-from .peer import CANCELLED, connected, selected
+from .peer import CANCELLED, connected, permission_params, selected
 
 DIALECTS = ["bridge", "acp"]
 
@@ -275,3 +276,64 @@ async def test_an_async_handler_is_cancelled_by_its_withdrawal() -> None:
             assert (await peer.receive())["result"] == CANCELLED
             with trio.fail_after(5):
                 await cancelled.wait()
+
+
+@pytest.mark.parametrize("swallows_the_cancel", [False, True])
+async def test_a_cancellation_meant_for_one_handler_never_reaches_the_next(
+    swallows_the_cancel: bool,
+) -> None:
+    # Workers run handler after handler. A read that withdraws one question and
+    # asks the next wakes the cancelled handler's worker and a new one together;
+    # whichever trio runs first takes the new question (both orders come up over
+    # the rounds). The new handler must never run in the cancelled one's scope,
+    # even when that handler ignored its cancellation and returned.
+    rounds = 16
+    blocked = trio.Event()
+
+    async def handler(request: PermissionRequest) -> Decision:
+        if request.tool_call.tool_call_id.startswith("blocks"):
+            try:
+                blocked.set()
+                await trio.sleep_forever()
+            except trio.Cancelled:
+                if not swallows_the_cancel:
+                    raise
+            return Selected("allow")
+        await trio.lowlevel.checkpoint()
+        return Selected("allow")
+
+    answers: dict[int, Any] = {}
+    async with connected() as (client, peer):
+        with client.permission_handler("s", handler):
+            for n in range(rounds):
+                blocked = trio.Event()
+                await peer.ask_permission("s", request_id=2 * n, tool_call_id=f"blocks{n}")
+                with trio.fail_after(5):
+                    await blocked.wait()
+                await trio.testing.wait_all_tasks_blocked()
+                await peer.send_raw(
+                    peer.framer_type.encode(
+                        msgspec.json.encode(
+                            {"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": 2 * n}}
+                        )
+                    )
+                    + peer.framer_type.encode(
+                        msgspec.json.encode(
+                            {
+                                "jsonrpc": "2.0",
+                                "id": 2 * n + 1,
+                                "method": "session/request_permission",
+                                "params": permission_params("s", f"asks{n}"),
+                            }
+                        )
+                    )
+                )
+                for _ in range(2):
+                    message = await peer.receive()
+                    answers[message["id"]] = message["result"]
+    assert {i: answers[i] for i in range(0, 2 * rounds, 2)} == dict.fromkeys(
+        range(0, 2 * rounds, 2), CANCELLED
+    )
+    assert {i: answers[i] for i in range(1, 2 * rounds, 2)} == dict.fromkeys(
+        range(1, 2 * rounds, 2), selected("allow")
+    )
