@@ -95,7 +95,6 @@ _TELEMETRY_CHARS: Final = 256
 _TELEMETRY_ITEMS: Final = 64
 DEFAULT_MAX_PENDING: Final = 16384
 _CANCELLED: Final = Cancelled()
-_PERMISSION_CANCELLED: Final = PermissionResponse(_CANCELLED)
 NO_RESULT: Final = object()
 """``cancelled_result`` when a cancelled request gets the -32800 error."""
 
@@ -308,6 +307,34 @@ def parse_permission_request(frame: bytes) -> Request | None:
     ):
         return None
     return Request(whole.id, PERMISSION_METHOD, _NO_PARAMS, whole.params)
+
+
+_ANSWER_HEAD: Final = b'{"jsonrpc":"2.0","id":'
+_SELECTED_HEAD: Final = b',"result":{"outcome":{"outcome":"selected","optionId":'
+_SELECTED_TAIL: Final = b"}}}"
+_CANCELLED_TAIL: Final = b',"result":{"outcome":{"outcome":"cancelled"}}}'
+_json: Final = msgspec.json.Encoder()
+
+
+def _permission_answer(request_id: RequestId | None, decision: Decision) -> bytes:
+    """The response to a permission request.
+
+    Put together from its parts when the decision carries no ``_meta`` (all but a
+    handler's own): byte for byte what msgspec makes of it (a test holds them
+    equal), in a third of the time.
+    """
+    if decision.meta is None:
+        if type(decision) is Selected:
+            return (
+                _ANSWER_HEAD
+                + _json.encode(request_id)
+                + _SELECTED_HEAD
+                + _json.encode(decision.option_id)
+                + _SELECTED_TAIL
+            )
+        if type(decision) is Cancelled:
+            return _ANSWER_HEAD + _json.encode(request_id) + _CANCELLED_TAIL
+    return encode_result(request_id, PermissionResponse(decision))
 
 
 def _session_of_request(message: Request) -> str | None:
@@ -743,7 +770,7 @@ class Connection:
             self._emit(
                 "approval.malformed", request_id=message.id, session_id=None, reason=message.reason
             )
-            self._queue(encode_result(message.id, _PERMISSION_CANCELLED))
+            self._queue(_permission_answer(message.id, _CANCELLED))
             return
         self._queue(encode_error(message.id, message.code, message.reason))
 
@@ -806,7 +833,7 @@ class Connection:
     def _refuse(self, message: Request, why: str) -> None:
         log.warning("refused request %s (%s): %s", brief(message.id), brief(message.method), why)
         if message.method == PERMISSION_METHOD:
-            self._queue(encode_result(message.id, _PERMISSION_CANCELLED))
+            self._queue(_permission_answer(message.id, _CANCELLED))
             self._emit(
                 "approval.refused",
                 request_id=message.id,
@@ -936,7 +963,7 @@ class Connection:
                 session_id=_session_id_of(raw),
                 reason=str(exc),
             )
-            self._queue(encode_result(request_id, _PERMISSION_CANCELLED))
+            self._queue(_permission_answer(request_id, _CANCELLED))
             return
         session_id = request.session_id
         stack = self._stacks.get(session_id)
@@ -954,7 +981,7 @@ class Connection:
                 options=[option.option_id for option in request.options],
             )
         if self.closed_reason is not None:  # the telemetry sink stopped the client
-            self._queue(encode_result(request_id, _PERMISSION_CANCELLED))
+            self._queue(_permission_answer(request_id, _CANCELLED))
             return
         offered = request.options  # a tuple of frozen options: what the answer is checked against
         started = self._clock() if telemetry else 0.0
@@ -980,7 +1007,7 @@ class Connection:
             brief(request_id),
         )
         self._emit("approval.unrouted", request_id=request_id, session_id=session_id)
-        self._queue(encode_result(request_id, _PERMISSION_CANCELLED))
+        self._queue(_permission_answer(request_id, _CANCELLED))
 
     def _run_rule(
         self, rule: Rule, request: PermissionRequest, offered: tuple[PermissionOption, ...]
@@ -1057,11 +1084,11 @@ class Connection:
         self, request_id: RequestId | None, session_id: str, decision: Decision, started: float
     ) -> None:
         try:
-            body = encode_result(request_id, PermissionResponse(decision))
+            body = _permission_answer(request_id, decision)
         except LocalProtocolError as exc:
             log.error("answer to %r is not encodable (%s); answered cancelled", request_id, exc)
             decision = _CANCELLED
-            body = encode_result(request_id, _PERMISSION_CANCELLED)
+            body = _permission_answer(request_id, _CANCELLED)
         self._queue(body)
         if self._telemetry is not None:
             selected = isinstance(decision, Selected)
@@ -1103,7 +1130,7 @@ class Connection:
             if self._questions.get(question.request_id) is not question:
                 continue
             told.append((question, self._retire(question, by)))
-            self._queue(encode_result(question.request_id, _PERMISSION_CANCELLED))
+            self._queue(_permission_answer(question.request_id, _CANCELLED))
             if self._telemetry is not None:
                 self._emit(
                     "approval.cancelled",

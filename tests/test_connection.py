@@ -33,8 +33,12 @@ from permclient._connection import (
     StartPermissionHandlers,
     StartRequestHandler,
     Stopped,
+    _permission_answer,
+    parse_permission_request,
 )
 from permclient._handlers import Question
+from permclient._messages import Request, encode_result, parse_message
+from permclient._wire import PermissionResponse, permission_request_decoder
 from permclient.framing import ContentLengthFramer, NewlineFramer
 
 FRAMERS: dict[str, type[ContentLengthFramer] | type[NewlineFramer]] = {
@@ -1105,6 +1109,92 @@ def test_requests_later_in_the_read_that_stopped_the_client_are_answered(dialect
     peer.conn.add_permission_handler("s-2", rule(lambda r: Selected("allow")), None)
     peer.send(ask(1, "s-1"), ask(2, "s-2"), ask(3, "nobody"))
     assert sorted(m["id"] for m in peer.wire()) == [1, 2, 3]
+
+
+# ------------------------------------------ shortcuts that must match the long way
+
+
+REQUEST_IDS = st.one_of(st.none(), st.integers(-(2**63), 2**64 - 1), st.text())
+
+
+@given(
+    request_id=REQUEST_IDS,
+    option_id=st.text(),
+    meta=st.one_of(st.none(), st.dictionaries(st.text(), st.integers(), max_size=2)),
+)
+def test_a_permission_answer_is_the_bytes_msgspec_makes(
+    request_id: Any, option_id: str, meta: Any
+) -> None:
+    for decision in (Selected(option_id, meta=meta), Cancelled(meta=meta)):
+        assert _permission_answer(request_id, decision) == encode_result(
+            request_id, PermissionResponse(decision)
+        )
+
+
+def _envelopes() -> st.SearchStrategy[dict[str, Any]]:
+    """Messages near a permission request: each member present, absent or wrong."""
+    good_params = {
+        "sessionId": "s",
+        "toolCall": {"toolCallId": "t", "rawInput": {"a": [1, "é"]}},
+        "options": [{"optionId": "allow", "name": "Allow", "kind": "allow_once"}],
+    }
+    junk = st.one_of(st.none(), st.integers(), st.text(max_size=3), st.just({}), st.just([]))
+    members = {
+        "jsonrpc": st.one_of(st.just("2.0"), junk),
+        "id": st.one_of(REQUEST_IDS, junk),
+        "method": st.one_of(st.just("session/request_permission"), st.just("session/update"), junk),
+        "params": st.one_of(
+            st.just(good_params),
+            st.just({**good_params, "options": []}),
+            st.just({**good_params, "extra": "é"}),
+            junk,
+        ),
+        "result": junk,
+        "error": junk,
+    }
+    return st.fixed_dictionaries({}, optional=members)
+
+
+@given(message=_envelopes(), suffix=st.sampled_from([b"", b" ", b"\xff"]))
+def test_a_permission_request_decoded_in_one_pass_is_what_the_long_way_decodes(
+    message: dict[str, Any], suffix: bytes
+) -> None:
+    frame = msgspec.json.encode(message)
+    frame = frame[:-1] + suffix + frame[-1:] if frame.startswith(b"{") else frame + suffix
+    fast = parse_permission_request(frame)
+    slow = parse_message(frame)
+    if fast is None:
+        # The long way classifies it (and says what is wrong with it): it is not a
+        # well-formed permission request, or not one the shortcut takes.
+        assert not frame.isascii() or not _well_formed_permission_request(slow)
+        return
+    assert type(slow) is Request
+    assert (fast.id, fast.method) == (slow.id, slow.method)
+    assert fast.decoded == permission_request_decoder.decode(slow.params)
+
+
+def _well_formed_permission_request(message: Any) -> bool:
+    if type(message) is not Request or message.method != "session/request_permission":
+        return False
+    try:
+        permission_request_decoder.decode(message.params)
+    except (msgspec.DecodeError, ValueError):
+        return False
+    return True
+
+
+def test_the_one_pass_decode_leaves_large_and_non_ascii_frames_to_the_long_way() -> None:
+    params = {
+        "sessionId": "s",
+        "toolCall": {"toolCallId": "t", "title": "x" * 70_000},
+        "options": [{"optionId": "allow", "name": "Allow", "kind": "allow_once"}],
+    }
+    message = {"jsonrpc": "2.0", "id": 1, "method": "session/request_permission"}
+    assert parse_permission_request(msgspec.json.encode({**message, "params": params})) is None
+    params["toolCall"]["title"] = "é"  # type: ignore[index]
+    assert parse_permission_request(msgspec.json.encode({**message, "params": params})) is None
+    params["toolCall"]["title"] = "e"  # type: ignore[index]
+    assert parse_permission_request(msgspec.json.encode({**message, "params": params}))
 
 
 # ------------------------------------------------- the same output, however split
