@@ -1033,17 +1033,14 @@ class Connection:
         shared = self._share_options(request.options)
         if shared is not None:
             request.options = shared.options
-        question = Question(self, request_id, request, request.options, started)
-        question._size = size
-        question._shared = shared
-        question._registration = registration
+        question = Question(self, request_id, request, started, registration, shared, size)
         self._pending_bytes += size
         self._questions[request_id] = question
         registration.pending[question] = None
         if timeout is not None:
             question.deadline = started + timeout
             self._timed.add(registration)
-        self.tool_calls.begin_approval(question.session_id, request.tool_call)
+        self.tool_calls.begin_approval(question._session_id, request.tool_call)
         handler = registration.handler
         if type(handler) is Deferred:
             try:
@@ -1073,12 +1070,15 @@ class Connection:
 
         Does nothing if it was answered or withdrawn before.
         """
-        if self._questions.get(question.request_id) is question:
-            self._answer(question, checked_decision(decision, question.offered))
+        request_id = question._request_id
+        if self._questions.get(request_id) is question:
+            decision = checked_decision(decision, question._offered)
+            self._retire(question, None)
+            self._send_answer(request_id, question._session_id, decision, question.started)
 
     def _answer(self, question: Question, decision: Decision) -> None:
         self._retire(question, None)
-        self._send_answer(question.request_id, question.session_id, decision, question.started)
+        self._send_answer(question._request_id, question._session_id, decision, question.started)
 
     def _send_answer(
         self, request_id: RequestId | None, session_id: str, decision: Decision, started: float
@@ -1105,7 +1105,7 @@ class Connection:
         self, question: Question, withdrawn_by: WithdrawnBy | None
     ) -> list[Callable[[WithdrawnBy], object]]:
         """The exactly-once point: forget ``question``; its withdraw callbacks."""
-        del self._questions[question.request_id]
+        del self._questions[question._request_id]
         self._pending_bytes -= question._size
         shared = cast(_SharedOptions | None, question._shared)
         if shared is not None:
@@ -1116,7 +1116,7 @@ class Connection:
         registration.pending.pop(question, None)
         if question.deadline is not None and not registration.pending:
             self._timed.discard(registration)  # nothing of it left to time
-        self.tool_calls.end_approval(question.session_id, question._tool_call_id)
+        self.tool_calls.end_approval(question._session_id, question._tool_call_id)
         return question._retire(withdrawn_by)
 
     def _withdraw(self, questions: list[Question], by: WithdrawnBy) -> None:
@@ -1268,9 +1268,12 @@ class ConnectionStatistics:
 
 def _cost(message: Request, frame: bytes) -> int:
     """What a pending request can take once decoded: counted on its whole frame (so
-    that the params need no copy), its method and its id."""
-    size = json_cost(frame) + str_cost(message.method)
-    if isinstance(message.id, str):
+    that the params need no copy), its method (a pending permission request does
+    not keep it) and its id."""
+    size = json_cost(frame)
+    if message.method != PERMISSION_METHOD:
+        size += str_cost(message.method)
+    if type(message.id) is str:
         size += str_cost(message.id)
     return size
 

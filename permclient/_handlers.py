@@ -120,8 +120,10 @@ class Question:
         connection: Connection,
         request_id: RequestId | None,
         request: PermissionRequest,
-        offered: tuple[PermissionOption, ...],
         started: float,
+        registration: object,
+        shared: object,
+        size: int,
     ) -> None:
         self._connection: Connection | None = connection  # None once answered
         # What the connection routes, checks and retires by: kept apart from the
@@ -129,7 +131,7 @@ class Question:
         self._request_id = request_id
         self._session_id = request.session_id
         self._tool_call_id = request.tool_call.tool_call_id
-        self._offered = offered
+        self._offered = request.options
         self.request = request
         """The request as the runtime sent it (decoded once): the handler's to read."""
         self.started = started  # the connection's clock at arrival
@@ -142,9 +144,9 @@ class Question:
         self._on_settled: Callable[[], object] | None = None
         # The connection's bookkeeping: where the question is held, its share of an
         # option set held once, what it counts against the pending bytes.
-        self._registration: object = None
-        self._shared: object = None
-        self._size = 0
+        self._registration = registration
+        self._shared = shared
+        self._size = size
 
     @property
     def request_id(self) -> RequestId | None:
