@@ -43,7 +43,7 @@ from ._connection import (
 )
 from ._errors import RemoteProtocolError, RequestError
 from ._handlers import AsyncHandler, PermissionHandler, Question
-from ._inline import UNANSWERED, Relay, start
+from ._inline import UNANSWERED, Relay, awaitable, start
 from ._messages import DECODE_ERRORS, RequestId
 from ._telemetry import RunsInBackground, Telemetry
 from ._tracker import ToolCallTracker
@@ -437,62 +437,65 @@ class Client:
         of them: a task made per request costs about as much as the rest of an
         approval. Each handler runs in a fresh copy of the client's context (a
         ``ContextVar`` one handler sets never reaches another).
-        """
-        while await self._work_in_scope():
-            pass  # a handler's scope was cancelled: go on in a fresh one
 
-    async def _work_in_scope(self) -> bool:
-        """Run handlers inside one cancel scope until one of them is cancelled.
-
-        The scope is the running handler's alone: a question settled while its
-        handler runs cancels it, and a cancelled scope is left before the next
-        handler starts (the worker goes on in a new one). Entering a scope per
-        handler would cost as much as the rest of an approval. Returns False when
-        the worker is no longer needed.
+        Handlers run inside a cancel scope that is the running handler's alone: a
+        question settled while its handler runs cancels it, and a cancelled scope
+        is left before the next handler starts (the worker goes on in a new one).
+        Entering a scope per handler would cost as much as the rest of an
+        approval. (One function, not three: every step of a handler resumes each
+        coroutine frame between trio and it.)
         """
+        conn = self._conn
         task = trio.lowlevel.current_task()
         jobs = self._jobs
         idle = self._idle
         abort_idle = functools.partial(_abort_idle, idle, task)
-        scope = _HandlerScope(self)
-        with scope.scope:
-            while not scope.cancelled:
-                if not jobs:
-                    if len(idle) >= _IDLE_WORKERS:
-                        return False
-                    idle.append(task)
-                    await trio.lowlevel.wait_task_rescheduled(abort_idle)
-                    continue
-                question, handler = jobs.popleft()
-                if question.done:
-                    continue  # withdrawn before its handler ran: no card for a settled question
-                await self._run_permission(question, handler, scope.cancel)
-        return True
-
-    async def _run_permission(
-        self, question: Question, handler: AsyncHandler, cancel: Callable[[], None]
-    ) -> None:
-        conn = self._conn
-        # However the question is settled (withdrawn, or answered by another view
-        # through pending_questions()), the handler's answer is no longer wanted.
-        question._on_settled = cancel
-        answer: object = UNANSWERED
-        try:
-            finished, outcome = start(handler, question.request, self._context.copy())
-            # If it blocked: the rest of the handler, in its context.
-            answer = outcome if finished else await cast(Relay, outcome)
-        except BaseException as exc:
-            question._on_settled = None  # the handler is over: nothing left to cancel
-            conn.answer(question, _CANCELLED)
-            self._host_code_failed(
-                exc,
-                "permission handler for session %r failed; answered cancelled",
-                question.session_id,
-            )
-        finally:
-            question._on_settled = None
-            # Runs on every path, including our own cancellation: exactly one answer.
-            conn.answer(question, _CANCELLED if answer is UNANSWERED else answer)
+        fresh = False  # whether this step runs in a context no handler has used yet
+        while True:
+            scope = _HandlerScope(self)
+            with scope.scope:
+                while not scope.cancelled:
+                    if not jobs:
+                        if len(idle) >= _IDLE_WORKERS:
+                            return
+                        # The step that wakes this worker runs in the context it
+                        # has now: the next handler's own, from its first line.
+                        task.context = self._context.copy()
+                        idle.append(task)
+                        await trio.lowlevel.wait_task_rescheduled(abort_idle)
+                        fresh = True
+                        continue
+                    question, handler = jobs.popleft()
+                    if question.done:
+                        continue  # withdrawn before its handler ran: no card for it
+                    # However the question is settled (withdrawn, or answered by
+                    # another view), the handler's answer is no longer wanted.
+                    question._on_settled = scope.cancel
+                    answer: object = UNANSWERED
+                    try:
+                        if fresh:
+                            fresh = False
+                            answer = await awaitable(handler(question.request))
+                        else:
+                            # Started by hand in a fresh context (see _inline); if
+                            # it blocked, the rest of it, in that context.
+                            finished, outcome = start(
+                                handler, question.request, self._context.copy()
+                            )
+                            answer = outcome if finished else await cast(Relay, outcome)
+                    except BaseException as exc:
+                        question._on_settled = None  # the handler is over
+                        conn.answer(question, _CANCELLED)
+                        # (Re-raises the scope's own cancellation: the scope catches it.)
+                        self._host_code_failed(
+                            exc,
+                            "permission handler for session %r failed; answered cancelled",
+                            question.session_id,
+                        )
+                    finally:
+                        question._on_settled = None
+                        # Every path, our own cancellation included: exactly one answer.
+                        conn.answer(question, _CANCELLED if answer is UNANSWERED else answer)
 
     # ---------------------------------------------------------- other requests
 

@@ -299,12 +299,7 @@ def parse_permission_request(frame: bytes) -> Request | None:
         whole = _whole_permission_request_decoder.decode(frame)
     except DECODE_ERRORS:
         return None
-    if (
-        whole.method != PERMISSION_METHOD
-        or whole.jsonrpc != "2.0"
-        or whole.result
-        or whole.error
-    ):
+    if whole.method != PERMISSION_METHOD or whole.jsonrpc != "2.0" or whole.result or whole.error:
         return None
     return Request(whole.id, PERMISSION_METHOD, _NO_PARAMS, whole.params)
 

@@ -9,6 +9,9 @@ the task's.
 
 Only public APIs: the relay passes the handler's yields to trio and trio's
 replies back, as ``await`` does; the caller's cancel scope is the handler's.
+A worker that waited idle needs none of this (the step that wakes it already
+runs in a fresh context): :func:`awaitable` turns what the handler returned into
+something to ``await``.
 """
 
 from __future__ import annotations
@@ -35,13 +38,32 @@ def start(
     ``relay`` at once, in this same task, runs the rest and returns the result. A
     handler that raises before blocking raises here.
     """
-    awaitable = context.run(handler, arg)
-    steps = awaitable if type(awaitable) is types.CoroutineType else _await(awaitable)
+    result = context.run(handler, arg)
+    steps = result if type(result) is types.CoroutineType else _await(result)
     try:
         yielded = context.run(steps.send, None)
     except StopIteration as done:
         return True, done.value
     return False, Relay(steps, context, yielded)
+
+
+def awaitable(result: object) -> Awaitable[Any]:
+    """What a handler returned, as ``await`` takes it: a coroutine as it is, another
+    awaitable through its ``__await__``; anything else raises a ``TypeError`` that
+    says how to declare a plain function."""
+    if type(result) is types.CoroutineType:
+        return result
+    return _Steps(_await(result))
+
+
+class _Steps:
+    __slots__ = ("_steps",)
+
+    def __init__(self, steps: Generator[Any, Any, Any]) -> None:
+        self._steps = steps
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        return self._steps
 
 
 class Relay(Generator[Any, Any, Any]):

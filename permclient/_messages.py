@@ -267,6 +267,8 @@ _WHITESPACE: Final = re.compile(rb"[ \t\r\n]*")
 
 def _skip_space(frame: bytes, pos: int) -> int:
     return _WHITESPACE.match(frame, pos).end()  # type: ignore[union-attr]  # (matches "")
+
+
 _STRING: Final = re.compile(rb'"(?:[^"\\]|\\.)*+"', re.DOTALL)
 _TOKEN: Final = re.compile(rb'"(?:[^"\\]|\\.)*+"|[\[\]{}]', re.DOTALL)
 _SCALAR: Final = re.compile(rb"[^,}\]\s]+")

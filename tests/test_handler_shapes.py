@@ -258,6 +258,42 @@ async def test_a_plain_function_not_declared_a_rule_answers_cancelled_and_says_h
     assert "permclient.rule()" in caplog.text
 
 
+class _Ready:
+    """An awaitable that is not a coroutine: it blocks once, then allows."""
+
+    def __await__(self) -> Any:
+        yield from trio.lowlevel.checkpoint().__await__()  # noqa: ASYNC105 - awaited by hand
+        return Selected("allow")
+
+
+@pytest.mark.parametrize("first_on_its_worker", [True, False])
+async def test_what_a_handler_returns_is_awaited_alike_on_a_new_worker_and_an_idle_one(
+    first_on_its_worker: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A worker's first handler is started by hand; a worker that waited idle
+    # runs the next one directly: both take any awaitable, and refuse the rest.
+    async def warm_up(request: PermissionRequest) -> Decision:
+        await trio.lowlevel.checkpoint()
+        return Selected("allow")
+
+    def returns(request: PermissionRequest) -> Any:
+        return _Ready() if request.tool_call.tool_call_id == "awaitable" else Selected("allow")
+
+    async with connected() as (client, peer):
+        if not first_on_its_worker:
+            with client.permission_handler("s", warm_up):
+                await peer.ask_permission("s", request_id=0)
+                assert (await peer.receive())["result"] == selected("allow")
+            await trio.testing.wait_all_tasks_blocked()  # its worker waits idle
+        with client.permission_handler("s", returns):  # type: ignore[arg-type]
+            await peer.ask_permission("s", request_id=1, tool_call_id="awaitable")
+            assert (await peer.receive())["result"] == selected("allow")
+            await trio.testing.wait_all_tasks_blocked()
+            await peer.ask_permission("s", request_id=2, tool_call_id="plain")
+            assert (await peer.receive())["result"] == CANCELLED
+    assert "permclient.rule()" in caplog.text
+
+
 async def test_an_async_handler_is_cancelled_by_its_withdrawal() -> None:
     cancelled = trio.Event()
 

@@ -1045,4 +1045,3 @@ def _key_name(key: Key) -> str:
 def _typed(text: str) -> str:
     """The prompt line as one line: a pasted line break shown as ``⏎``, the rest escaped."""
     return one_line(text.replace("\n", "⏎"))
-
