@@ -319,16 +319,19 @@ def _permission_answer(request_id: RequestId | None, decision: Decision) -> byte
     equal), in a third of the time.
     """
     if decision.meta is None:
-        if type(decision) is Selected:
-            return (
-                _ANSWER_HEAD
-                + _json.encode(request_id)
-                + _SELECTED_HEAD
-                + _json.encode(decision.option_id)
-                + _SELECTED_TAIL
-            )
-        if type(decision) is Cancelled:
-            return _ANSWER_HEAD + _json.encode(request_id) + _CANCELLED_TAIL
+        try:
+            if type(decision) is Selected:
+                return (
+                    _ANSWER_HEAD
+                    + _json.encode(request_id)
+                    + _SELECTED_HEAD
+                    + _json.encode(decision.option_id)
+                    + _SELECTED_TAIL
+                )
+            if type(decision) is Cancelled:
+                return _ANSWER_HEAD + _json.encode(request_id) + _CANCELLED_TAIL
+        except (TypeError, ValueError) as exc:  # e.g. a str with a lone surrogate
+            raise LocalProtocolError(f"cannot encode message as JSON: {exc}") from exc
     return encode_result(request_id, PermissionResponse(decision))
 
 

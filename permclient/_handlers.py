@@ -94,8 +94,9 @@ class Question:
     """One pending permission request, answered exactly once.
 
     A deferred handler gets it; the client makes one for every request a
-    non-rule handler takes. Call its methods from the trio thread that runs the
-    client (from other threads, go through :mod:`permclient.embed`).
+    non-rule handler takes (only the client makes them: its constructor is not
+    public). Call its methods from the trio thread that runs the client (from
+    other threads, go through :mod:`permclient.embed`).
     """
 
     __slots__ = (

@@ -38,13 +38,18 @@ def start(
     ``relay`` at once, in this same task, runs the rest and returns the result. A
     handler that raises before blocking raises here.
     """
-    result = context.run(handler, arg)
-    steps = result if type(result) is types.CoroutineType else _await(result)
+    # An awaitable's __await__ is the handler's code too: it runs in its context.
+    steps = context.run(_first_call, handler, arg)
     try:
         yielded = context.run(steps.send, None)
     except StopIteration as done:
         return True, done.value
     return False, Relay(steps, context, yielded)
+
+
+def _first_call(handler: Callable[[A], Awaitable[Any]], arg: A) -> Any:
+    result = handler(arg)
+    return result if type(result) is types.CoroutineType else _await(result)
 
 
 def awaitable(result: object) -> Awaitable[Any]:

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from permclient import (
     Cancelled,
     ConnectionClosed,
+    LocalProtocolError,
     InboundNotification,
     PermissionRequest,
     RequestError,
@@ -1129,6 +1130,14 @@ def test_a_permission_answer_is_the_bytes_msgspec_makes(
         assert _permission_answer(request_id, decision) == encode_result(
             request_id, PermissionResponse(decision)
         )
+
+
+def test_an_answer_that_cannot_be_encoded_fails_as_the_long_way_does() -> None:
+    for decision in (Selected("\ud800"), Cancelled()):
+        with pytest.raises(LocalProtocolError):
+            encode_result("\ud800", PermissionResponse(decision))
+        with pytest.raises(LocalProtocolError):
+            _permission_answer("\ud800", decision)
 
 
 def _envelopes() -> st.SearchStrategy[dict[str, Any]]:

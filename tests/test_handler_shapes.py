@@ -7,6 +7,7 @@ without an event loop in test_connection.py.)
 
 from __future__ import annotations
 
+import contextvars
 import logging
 from typing import Any
 
@@ -292,6 +293,70 @@ async def test_what_a_handler_returns_is_awaited_alike_on_a_new_worker_and_an_id
             await peer.ask_permission("s", request_id=2, tool_call_id="plain")
             assert (await peer.receive())["result"] == CANCELLED
     assert "permclient.rule()" in caplog.text
+
+
+_var: contextvars.ContextVar[str] = contextvars.ContextVar("_var", default="clean")
+
+
+class _ReadsOnAwait:
+    """An awaitable whose ``__await__`` (a plain method, not a generator) reads a
+    ContextVar at once, then blocks once and allows."""
+
+    def __init__(self, seen: list[str]) -> None:
+        self.seen = seen
+
+    def __await__(self) -> Any:
+        self.seen.append(_var.get())
+        return self._steps()
+
+    def _steps(self) -> Any:
+        yield from trio.lowlevel.checkpoint().__await__()  # noqa: ASYNC105 - awaited by hand
+        return Selected("allow")
+
+
+@pytest.mark.parametrize("setter_blocks", [False, True])
+async def test_an_awaitables_own_code_never_sees_the_previous_handlers_context(
+    setter_blocks: bool,
+) -> None:
+    # One read asks twice: a worker woken for the first handler, which sets a
+    # ContextVar, then runs the second, whose __await__ runs at once.
+    seen: list[str] = []
+
+    def handler(request: PermissionRequest) -> Any:
+        tool_call_id = request.tool_call.tool_call_id
+        if tool_call_id.startswith("sets"):
+
+            async def sets() -> Decision:
+                _var.set(tool_call_id)
+                if setter_blocks:
+                    await trio.lowlevel.checkpoint()
+                return Selected("allow")
+
+            return sets()
+        return _ReadsOnAwait(seen)
+
+    async with connected() as (client, peer):
+        with client.permission_handler("s", handler):  # type: ignore[arg-type]
+            for n in range(10):
+                await trio.testing.wait_all_tasks_blocked()  # the workers wait idle
+                await peer.send_raw(
+                    b"".join(
+                        peer.framer_type.encode(
+                            msgspec.json.encode(
+                                {
+                                    "jsonrpc": "2.0",
+                                    "id": f"{n}-{tool_call_id}",
+                                    "method": "session/request_permission",
+                                    "params": permission_params("s", f"{tool_call_id}{n}"),
+                                }
+                            )
+                        )
+                        for tool_call_id in ("sets", "reads")
+                    )
+                )
+                for _ in range(2):
+                    assert (await peer.receive())["result"] == selected("allow")
+    assert seen == ["clean"] * 10
 
 
 async def test_an_async_handler_is_cancelled_by_its_withdrawal() -> None:
