@@ -57,6 +57,10 @@ T = TypeVar("T")
 RequestHandler: TypeAlias = Callable[[Any], Awaitable[Any]]
 
 _RECEIVE_SIZE: Final = 256 * 1024
+# The reader lets the other tasks run (the writer among them) after this many
+# messages of a read: the answers so far go out, and the peer gets to work on them,
+# while it handles the rest. (A host's UI thread, in guest mode, gets its turn too.)
+_MESSAGES_PER_STEP: Final = 16
 # Teardown waits for queued answers while the peer takes them: it gives up after
 # _FLUSH_STALL_S without progress, and after _FLUSH_STALL_S plus one second per
 # _FLUSH_MIN_RATE bytes queued in all (a peer that reads, however slowly, at that
@@ -608,15 +612,20 @@ class Client:
 
     async def _reader_loop(self) -> None:
         conn = self._conn
+        more = False  # whether the last read has messages left to handle
         try:
             while conn.closed_reason is None:
                 if conn.bytes_queued > _OUTBUF_HIGH_WATER:
                     await self._wait_flushed()
-                data = await self._stream.receive_some(_RECEIVE_SIZE)
-                if not data:
-                    conn.receive_eof()
-                    return
-                conn.receive_data(data)
+                if more:
+                    await trio.lowlevel.checkpoint()  # see _MESSAGES_PER_STEP
+                    more = conn.receive_data(b"", _MESSAGES_PER_STEP)
+                else:
+                    data = await self._stream.receive_some(_RECEIVE_SIZE)
+                    if not data:
+                        conn.receive_eof()
+                        return
+                    more = conn.receive_data(data, _MESSAGES_PER_STEP)
                 if conn.bytes_queued:
                     self._wake_writer()
                 self._pump()

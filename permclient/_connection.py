@@ -467,19 +467,26 @@ class Connection:
 
     # ------------------------------------------------------------------- input
 
-    def receive_data(self, data: bytes | bytearray) -> None:
-        """Take bytes read from the peer; handle every complete message in them.
+    def receive_data(self, data: bytes | bytearray, max_messages: int | None = None) -> bool:
+        """Take bytes read from the peer; handle the complete messages in them, at
+        most ``max_messages`` (all when ``None``).
 
-        Rule and deferred handlers and notification callbacks run from here; the
-        async handlers of this read are started by one event, after it.
+        Returns whether complete messages may be left: ``receive_data(b"")`` goes on
+        with them. (A driver handles a large read in parts, so that the answers
+        of the first part go out while it handles the rest.) Rule and deferred
+        handlers and notification callbacks run from here; the async handlers of
+        this call are started by one event, after it.
         """
         if self.closed_reason is not None:
-            return
+            return False
         framer = self._framer
-        framer.receive_data(data)
+        if data:
+            framer.receive_data(data)
+        left = -1 if max_messages is None else max_messages
         self._dispatching = True
         try:
-            while True:
+            while left:
+                left -= 1
                 try:
                     frame = framer.next_frame()
                 except RemoteProtocolError as exc:
@@ -487,10 +494,11 @@ class Connection:
                         log.warning("skipped a frame: %s", exc)
                         continue
                     self.close(f"protocol error: {exc}")
-                    return
+                    return False
                 if frame is None:
-                    break
+                    return False
                 self._dispatch(frame)
+            return self.closed_reason is None
         finally:
             self._dispatching = False
             if self._starting:

@@ -1676,6 +1676,30 @@ async def test_a_handler_that_blocks_holds_up_none_of_the_requests_read_with_it(
             await assert_nothing_more(peer)
 
 
+async def test_a_large_read_lets_its_first_answers_out_before_it_handles_the_rest() -> None:
+    # One read of 100 requests: the reader lets the writer (and the peer) run
+    # between parts of it, so the peer holds answers before the last is decided.
+    received: list[Any] = []
+    answers_out_when_the_last_was_decided: list[int] = []
+
+    def decide(request: PermissionRequest) -> Selected:
+        if request.tool_call.tool_call_id == "c99":
+            answers_out_when_the_last_was_decided.append(len(received))
+        return Selected("allow")
+
+    async def read_answers(peer: FakePeer) -> None:
+        while len(received) < 100:
+            received.append(await peer.receive())
+
+    async with connected() as (client, peer):
+        with client.permission_handler("s", permclient.rule(decide)):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(read_answers, peer)
+                await peer.send_raw(_asks(peer, *((n, "s") for n in range(100))))
+    assert [answer["id"] for answer in received] == list(range(100))
+    assert answers_out_when_the_last_was_decided[0] > 0
+
+
 async def test_handlers_started_together_each_see_only_their_own_context() -> None:
     var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="unset")
     seen: list[str] = []

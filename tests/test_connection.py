@@ -1212,9 +1212,12 @@ def test_the_one_pass_decode_leaves_large_and_non_ascii_frames_to_the_long_way()
 SCRIPT_SESSIONS = ("s-1", "s-2", "s-3")
 
 
-def _scripted_run(dialect: str, data: bytes, cuts: list[int]) -> tuple[bytes, list[Any], list[Any]]:
-    """Feed ``data`` cut at ``cuts``: what goes on the wire, what host code saw, and the
-    events (a queue of their own, taken after each read)."""
+def _scripted_run(
+    dialect: str, data: bytes, cuts: list[int], max_messages: int | None = None
+) -> tuple[bytes, list[Any], list[Any]]:
+    """Feed ``data`` cut at ``cuts``, handling at most ``max_messages`` per call: what
+    goes on the wire, what host code saw, and the events (a queue of their own,
+    taken after each call)."""
     conn = Connection(dialect, clock=lambda: 0.0)  # type: ignore[arg-type]
     held: list[Question] = []
     log: list[Any] = []
@@ -1237,14 +1240,20 @@ def _scripted_run(dialect: str, data: bytes, cuts: list[int]) -> tuple[bytes, li
     wire = bytes(conn.data_to_send())
     start = 0
     for cut in [*sorted(cuts), len(data)]:
-        conn.receive_data(data[start:cut])
-        start = cut
-        for event in conn.events():
-            events.append((type(event).__name__, event.request_id, bytes(event.result or b"")))
+        chunk, start = data[start:cut], cut
+        while conn.receive_data(chunk, max_messages):
+            chunk = b""  # the rest of this read's messages
+            _take_events(conn, events)
+        _take_events(conn, events)
     conn.add_session_callback("s-3", lambda n: log.append(("held", n.session_id, bytes(n.raw))))
     for question in held:
         question.select("allow")  # those not withdrawn meanwhile
     return wire + bytes(conn.data_to_send()), log, events
+
+
+def _take_events(conn: Connection, events: list[Any]) -> None:
+    for event in conn.events():
+        events.append((type(event).__name__, event.request_id, bytes(event.result or b"")))
 
 
 _message = st.one_of(
@@ -1273,4 +1282,25 @@ def test_any_split_of_the_input_gives_the_same_output(
     framer = FRAMERS[dialect]
     stream = b"".join(framer.encode(msgspec.json.encode(m)) for m in messages)
     cuts = data.draw(st.lists(st.integers(0, len(stream)), max_size=20))
-    assert _scripted_run(dialect, stream, cuts) == _scripted_run(dialect, stream, [])
+    max_messages = data.draw(st.one_of(st.none(), st.integers(1, 3)))
+    assert _scripted_run(dialect, stream, cuts, max_messages) == _scripted_run(
+        dialect, stream, []
+    )
+
+
+def test_a_read_is_handled_in_parts_of_at_most_max_messages() -> None:
+    conn = Connection("acp")
+    conn.add_permission_handler("s", rule(lambda request: Selected("allow")), None)
+    data = b"".join(NewlineFramer.encode(msgspec.json.encode(ask(n, "s"))) for n in range(5))
+
+    def answered() -> list[Any]:
+        return [msgspec.json.decode(line)["id"] for line in conn.data_to_send().splitlines()]
+
+    assert conn.receive_data(data, 2) is True  # two handled, more may be left
+    assert answered() == [0, 1]
+    assert conn.receive_data(b"", 2) is True
+    assert answered() == [2, 3]
+    assert conn.receive_data(b"", 2) is False  # the last one, and nothing after it
+    assert answered() == [4]
+    assert conn.receive_data(b"", 2) is False
+    assert conn.receive_data(data[:10]) is False  # no limit: all there is
