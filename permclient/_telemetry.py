@@ -19,6 +19,7 @@ import time
 from typing import IO, Any, Final, Protocol, runtime_checkable
 
 import msgspec
+import outcome
 import trio
 
 log = logging.getLogger("permclient")
@@ -61,6 +62,12 @@ class RunsInBackground(Protocol):
 
 def _record(event: str, fields: dict[str, Any]) -> dict[str, Any]:
     return {"ts": time.time(), "event": event, **fields}
+
+
+def _log_thread_failure(result: outcome.Outcome[None]) -> None:
+    """What a writing thread raised beyond the errors it handles: logged, never lost."""
+    if isinstance(result, outcome.Error):
+        log.error("telemetry: writing a batch failed", exc_info=result.error)
 
 
 class MemoryTelemetry:
@@ -199,10 +206,16 @@ class JsonlTelemetry:
                     token.run_sync_soon(written.set)
 
         self._thread_idle.clear()
-
+        # The thread starts whatever happens next: the batch is out of the buffer, so
+        # nothing may stand between here and its write (trio.to_thread.run_sync can be
+        # cancelled before its thread starts, and the batch was lost).
+        try:
+            trio.lowlevel.start_thread_soon(write_and_tell, _log_thread_failure)
+        except RuntimeError:  # no thread to be had: written here rather than lost
+            write_and_tell()
         # Abandoned if cancelled (a stuck disk must not hold run() up); the final write
         # waits, within its bound, for this batch to land first, so batches stay in order.
-        await trio.to_thread.run_sync(write_and_tell, abandon_on_cancel=True)
+        await written.wait()
 
     async def _write_rest(self) -> None:
         if not self.write_in_thread:

@@ -218,6 +218,44 @@ async def test_cancelling_run_during_a_stuck_write_is_bounded_and_keeps_the_orde
     assert [r["request_id"] for r in file.records()] == [0, 1, 2, 3]
 
 
+@pytest.mark.parametrize("steps_before_the_cancel", range(6))
+async def test_a_run_cancelled_as_it_hands_a_batch_to_a_thread_loses_nothing(
+    steps_before_the_cancel: int,
+) -> None:
+    # run() takes a batch out of the buffer, then starts a worker thread for it: a
+    # cancellation between the two must not drop the batch. Each step count puts
+    # the cancel at another point of that path (trio's order varies: 10 rounds).
+    for _ in range(10):
+        file = SpyFile()
+        sink = JsonlTelemetry(file)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(sink.run)
+            await trio.testing.wait_all_tasks_blocked()  # run() waits for records
+            _emit_some(sink, 3)
+            for _ in range(steps_before_the_cancel):
+                await trio.lowlevel.checkpoint()
+            nursery.cancel_scope.cancel()
+        sink.flush()
+        assert [r["request_id"] for r in file.records()] == [0, 1, 2]
+
+
+async def test_a_batch_is_written_on_the_trio_thread_when_no_thread_can_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def no_thread(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(trio.lowlevel, "start_thread_soon", no_thread)
+    file = SpyFile()
+    sink = JsonlTelemetry(file)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(sink.run)
+        _emit_some(sink, 3)
+        await trio.testing.wait_all_tasks_blocked()
+        assert [r["request_id"] for r in file.records()] == [0, 1, 2]
+        nursery.cancel_scope.cancel()
+
+
 async def test_two_runs_on_one_sink_write_every_record_once_in_order() -> None:
     file = SpyFile()
     sink = JsonlTelemetry(file, write_in_thread=False)
