@@ -477,15 +477,20 @@ class Connection:
         handlers and notification callbacks run from here; the async handlers of
         this call are started by one event, after it.
         """
-        if self.closed_reason is not None:
-            return False
+        if max_messages is not None and max_messages < 1:
+            raise ValueError("max_messages must be at least 1")
         framer = self._framer
-        if data:
-            framer.receive_data(data)
+        if self.closed_reason is None:
+            if data:  # (b"" goes on with what is held: no append, which could copy it)
+                framer.receive_data(data)
+        elif not framer.buffered:
+            return False  # closed, and nothing of an earlier read is left
         left = -1 if max_messages is None else max_messages
         self._dispatching = True
         try:
-            while left:
+            # Once closed, whatever is left of the read is handled at once, parts
+            # or not: every request in it is owed its (refusing) answer now.
+            while left or self.closed_reason is not None:
                 left -= 1
                 try:
                     frame = framer.next_frame()
@@ -507,6 +512,7 @@ class Connection:
 
     def receive_eof(self) -> None:
         """The peer closed its side: close, answering everything pending."""
+        self.receive_data(b"")  # what is left of the last read, handled in parts or not
         if self._framer.buffered:
             log.warning("peer closed mid-frame (%d bytes dropped)", self._framer.buffered)
         self.close("the peer closed the connection")
@@ -1211,6 +1217,10 @@ class Connection:
         if self.closed_reason is not None:
             return
         self.closed_reason = reason
+        if not self._dispatching:
+            # Requests of a read not yet handled (the driver takes a read in
+            # parts): refused now, each answered, rather than left unanswered.
+            self.receive_data(b"")
         self._starting.clear()  # every one of them is answered below
         log.info("connection closed: %s", reason)
         outbound, self._outbound = self._outbound, {}

@@ -157,8 +157,11 @@ class JsonlTelemetry:
         self._batch_written = trio.Event()  # the last batch given to a worker thread is out
         self._batch_written.set()
         self._file_lock = threading.Lock()  # a worker thread's write against flush()/close()
-        self._thread_idle = threading.Event()  # no batch is being written by a worker thread
-        self._thread_idle.set()
+        # Batches taken for worker threads and not yet written, counted as they leave
+        # the buffer (under this condition's lock, as flush() takes and writes): a
+        # flush() waits for them, so nothing it writes lands before an older batch.
+        self._threads_done = threading.Condition()
+        self._batches_in_threads = 0
 
     def emit(self, event: str, /, **fields: Any) -> None:
         if len(self._buffer) >= self.max_buffered:
@@ -182,18 +185,24 @@ class JsonlTelemetry:
                         self._records_waiting = trio.Event()
                     await self._records_waiting.wait()
                 async with self._one_batch_at_a_time:
-                    batch = self._take()
-                    if not batch:
-                        continue
                     if self.write_in_thread:
-                        await self._write_in_thread(batch)
+                        # After the batch before (a run() cancelled mid-write, then
+                        # started again, must not write past it).
+                        await self._batch_written.wait()
+                        await self._write_in_thread()
                     else:
-                        self._write(batch)
+                        self._write(self._take())
         finally:
             await self._write_rest()
 
-    async def _write_in_thread(self, batch: list[dict[str, Any]]) -> None:
-        """Write one batch from a worker thread; on cancellation, stop waiting for it."""
+    async def _write_in_thread(self) -> None:
+        """Write what is buffered, as one batch, from a worker thread; on
+        cancellation, stop waiting for it."""
+        with self._threads_done:
+            batch = self._take()
+            if not batch:
+                return
+            self._batches_in_threads += 1
         written = self._batch_written = trio.Event()
         token = trio.lowlevel.current_trio_token()
 
@@ -201,18 +210,19 @@ class JsonlTelemetry:
             try:
                 self._write(batch)
             finally:
-                self._thread_idle.set()
+                with self._threads_done:
+                    self._batches_in_threads -= 1
+                    self._threads_done.notify_all()
                 with contextlib.suppress(trio.RunFinishedError):
                     token.run_sync_soon(written.set)
 
-        self._thread_idle.clear()
         # The thread starts whatever happens next: the batch is out of the buffer, so
         # nothing may stand between here and its write (trio.to_thread.run_sync can be
         # cancelled before its thread starts, and the batch was lost).
         try:
             trio.lowlevel.start_thread_soon(write_and_tell, _log_thread_failure)
         except RuntimeError:  # no thread to be had: written here rather than lost
-            write_and_tell()
+            _log_thread_failure(outcome.capture(write_and_tell))
         # Abandoned if cancelled (a stuck disk must not hold run() up); the final write
         # waits, within its bound, for this batch to land first, so batches stay in order.
         await written.wait()
@@ -225,8 +235,7 @@ class JsonlTelemetry:
         with trio.CancelScope(shield=True, deadline=deadline) as final:
             async with self._one_batch_at_a_time:  # after another run()'s batch, in order
                 await self._batch_written.wait()
-                if self._buffer:
-                    await self._write_in_thread(self._take())
+                await self._write_in_thread()
         if final.cancelled_caught:
             log.warning(
                 "telemetry: records were still being written after %.0f s; not waiting longer",
@@ -239,14 +248,23 @@ class JsonlTelemetry:
         A batch a worker thread is writing lands first: this waits for it (at most
         ``FINAL_WRITE_TIMEOUT_S``), so that what ``flush()`` returns after is on file.
         """
-        if not self._thread_idle.wait(FINAL_WRITE_TIMEOUT_S):
-            log.warning(
-                "telemetry: a batch was still being written after %.0f s; not waiting longer",
-                FINAL_WRITE_TIMEOUT_S,
-            )
-        batch = self._take()
-        if batch:
-            self._write(batch)
+        with self._threads_done:
+            if not self._threads_done.wait_for(
+                lambda: not self._batches_in_threads, FINAL_WRITE_TIMEOUT_S
+            ):
+                # Its thread holds the file: writing now would wait on it without end.
+                log.warning(
+                    "telemetry: a batch was still being written after %.0f s; "
+                    "%d records stay buffered for a later flush()",
+                    FINAL_WRITE_TIMEOUT_S,
+                    len(self._buffer),
+                )
+                return
+            # Taken and written under the lock: no batch of run() can start meanwhile
+            # and land first with newer records.
+            batch = self._take()
+            if batch:
+                self._write(batch)
 
     def close(self) -> None:
         """Write what is buffered, then close the file if this sink opened it."""

@@ -29,8 +29,6 @@ DIALECTS = ["bridge", "acp"]
 CANCEL_SPELLINGS = [("$/cancelRequest", "id"), ("$/cancel_request", "requestId")]
 
 
-
-
 async def assert_nothing_more(peer: FakePeer) -> None:
     """The client wrote nothing since the last receive: a sentinel request is answered next."""
     sentinel = await peer.request("sentinel/ping", {}, request_id="sentinel")
@@ -1302,7 +1300,7 @@ def _too_deep_permission_request(request_id: Any, deep: bytes) -> bytes:
     "deep",
     [
         b"[" * 5000 + b"]" * 5000,
-        b'{"a":' * 3000 + b'"}]\\\"[{"' + b"}" * 3000,  # brackets and escapes in a string
+        b'{"a":' * 3000 + b'"}]\\"[{"' + b"}" * 3000,  # brackets and escapes in a string
         b"[" * 2000 + b'"]]]",{"x":"{{"}' + b"]" * 2000,
     ],
     ids=["lists", "objects", "strings"],
@@ -1698,6 +1696,46 @@ async def test_a_large_read_lets_its_first_answers_out_before_it_handles_the_res
                 await peer.send_raw(_asks(peer, *((n, "s") for n in range(100))))
     assert [answer["id"] for answer in received] == list(range(100))
     assert answers_out_when_the_last_was_decided[0] > 0
+
+
+@pytest.mark.parametrize("how", ["leaves", "interrupted"])
+async def test_a_client_closed_between_parts_of_a_read_answers_every_request_of_it(
+    how: str,
+) -> None:
+    # 40 requests in one read, handled 16 at a time: the client closes after the
+    # first part (its body leaves, or a rule is interrupted); every request of
+    # the read still gets exactly one answer.
+    decided: list[str] = []
+    first_decided = trio.Event()
+
+    def decide(request: PermissionRequest) -> Selected:
+        decided.append(request.tool_call.tool_call_id)
+        first_decided.set()
+        if how == "interrupted" and len(decided) == 3:
+            raise KeyboardInterrupt
+        return Selected("allow")
+
+    ours, theirs = trio.testing.memory_stream_pair()
+    peer = FakePeer(theirs, "bridge")  # type: ignore[arg-type]
+    with contextlib.suppress(KeyboardInterrupt):
+        async with permclient.open_client(ours) as client:  # type: ignore[arg-type]
+            client.permission_handler("s", permclient.rule(decide))
+            await peer.send_raw(_asks(peer, *((n, "s") for n in range(40))))
+            await first_decided.wait()  # the reader is in its first part: leave now
+    answers: dict[int, Any] = {}
+    while True:
+        frame = peer.framer.next_frame()
+        if frame is None:
+            data = await theirs.receive_some(65536)
+            if not data:
+                break
+            peer.framer.receive_data(data)
+            continue
+        message = msgspec.json.decode(frame)
+        assert message["id"] not in answers  # exactly one answer each
+        answers[message["id"]] = message["result"]
+    assert sorted(answers) == list(range(40))
+    assert len(decided) < 40  # the rest were refused, not decided
 
 
 async def test_handlers_started_together_each_see_only_their_own_context() -> None:

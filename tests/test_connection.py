@@ -1225,6 +1225,8 @@ def _scripted_run(
 
     def decide(request: PermissionRequest) -> Any:
         tool = request.tool_call.tool_call_id
+        if tool == "close":
+            conn.close("closed by host code")  # the rest of the read is refused
         return None if tool == "pass" else Selected(tool) if tool != "junk" else "junk"
 
     def hold(question: Question) -> None:
@@ -1253,7 +1255,10 @@ def _scripted_run(
 
 def _take_events(conn: Connection, events: list[Any]) -> None:
     for event in conn.events():
-        events.append((type(event).__name__, event.request_id, bytes(event.result or b"")))
+        if isinstance(event, ResponseReceived):
+            events.append(("ResponseReceived", event.request_id, bytes(event.result or b"")))
+        else:
+            events.append((type(event).__name__, getattr(event, "reason", None)))
 
 
 _message = st.one_of(
@@ -1261,7 +1266,7 @@ _message = st.one_of(
         lambda rid, s, tool: ask(rid, s, tool),
         st.integers(0, 30),
         st.sampled_from(SCRIPT_SESSIONS),
-        st.sampled_from(["allow", "deny", "unoffered", "pass", "junk"]),
+        st.sampled_from(["allow", "deny", "unoffered", "pass", "junk", "close"]),
     ),
     st.builds(lambda rid: peer_cancel(rid), st.integers(0, 30)),
     st.builds(lambda rid: peer_cancel(rid, ("$/cancelRequest", "id")), st.integers(0, 30)),
@@ -1276,16 +1281,23 @@ _message = st.one_of(
     messages=st.lists(_message, min_size=1, max_size=12),
     data=st.data(),
 )
-def test_any_split_of_the_input_gives_the_same_output(
+def test_any_split_of_the_input_or_of_a_read_gives_the_same_output(
     dialect: str, messages: list[dict[str, Any]], data: st.DataObject
 ) -> None:
     framer = FRAMERS[dialect]
     stream = b"".join(framer.encode(msgspec.json.encode(m)) for m in messages)
     cuts = data.draw(st.lists(st.integers(0, len(stream)), max_size=20))
-    max_messages = data.draw(st.one_of(st.none(), st.integers(1, 3)))
-    assert _scripted_run(dialect, stream, cuts, max_messages) == _scripted_run(
-        dialect, stream, []
+    max_messages = data.draw(st.integers(1, 3))
+    as_read = _scripted_run(dialect, stream, cuts)
+    # Each read handled in parts gives what the whole read gives...
+    assert _scripted_run(dialect, stream, cuts, max_messages) == as_read
+    # ... and however the stream is cut into reads, the same (unless host code
+    # closed the connection: what arrives in a later read is then never read).
+    closes = any(
+        m.get("params", {}).get("toolCall", {}).get("toolCallId") == "close" for m in messages
     )
+    if not closes:
+        assert as_read == _scripted_run(dialect, stream, [])
 
 
 def test_a_read_is_handled_in_parts_of_at_most_max_messages() -> None:
@@ -1304,3 +1316,42 @@ def test_a_read_is_handled_in_parts_of_at_most_max_messages() -> None:
     assert answered() == [4]
     assert conn.receive_data(b"", 2) is False
     assert conn.receive_data(data[:10]) is False  # no limit: all there is
+    with pytest.raises(ValueError):
+        conn.receive_data(data, 0)
+
+
+def _five_asks_handled_two_at_a_time(decide: Any) -> Connection:
+    conn = Connection("acp")
+    conn.add_permission_handler("s", rule(decide), None)
+    data = b"".join(NewlineFramer.encode(msgspec.json.encode(ask(n, "s"))) for n in range(5))
+    assert conn.receive_data(data, 2) is (decide(None) is not None)
+    return conn
+
+
+def _answers(conn: Connection) -> dict[int, Any]:
+    lines = conn.data_to_send().splitlines()
+    return {message["id"]: message["result"] for message in map(msgspec.json.decode, lines)}
+
+
+@pytest.mark.parametrize("how", ["close", "eof"])
+def test_what_is_left_of_a_read_handled_in_parts_is_answered_when_it_closes(how: str) -> None:
+    conn = _five_asks_handled_two_at_a_time(lambda request: Selected("allow"))
+    if how == "close":
+        conn.close("the client was closed")  # e.g. teardown between two parts
+        assert _answers(conn) == {0: selected("allow"), 1: selected("allow")} | dict.fromkeys(
+            (2, 3, 4), CANCELLED
+        )
+    else:
+        conn.receive_eof()  # the rest of the read is handled as it would have been
+        assert _answers(conn) == dict.fromkeys(range(5), selected("allow"))
+    assert conn.receive_data(b"", 2) is False
+
+
+def test_a_host_code_stop_in_a_part_answers_the_rest_of_the_read() -> None:
+    def stops(request: PermissionRequest | None) -> Any:
+        if request is not None:
+            raise KeyboardInterrupt
+        return None
+
+    conn = _five_asks_handled_two_at_a_time(stops)
+    assert _answers(conn) == dict.fromkeys(range(5), CANCELLED)

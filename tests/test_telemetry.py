@@ -6,6 +6,7 @@ import io
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -254,6 +255,68 @@ async def test_a_batch_is_written_on_the_trio_thread_when_no_thread_can_start(
         await trio.testing.wait_all_tasks_blocked()
         assert [r["request_id"] for r in file.records()] == [0, 1, 2]
         nursery.cancel_scope.cancel()
+
+
+async def test_a_failed_write_on_the_trio_thread_is_logged_and_run_goes_on(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def no_thread(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("can't start new thread")
+
+    class BrokenFile(SpyFile):
+        def write(self, text: str) -> int:
+            raise RuntimeError("disk driver bug")
+
+    monkeypatch.setattr(trio.lowlevel, "start_thread_soon", no_thread)
+    sink = JsonlTelemetry(BrokenFile())
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(sink.run)
+        _emit_some(sink, 2)
+        await trio.testing.wait_all_tasks_blocked()
+        _emit_some(sink, 2, start=2)  # run() is still there to take these
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.cancel_scope.cancel()
+    assert caplog.text.count("writing a batch failed") == 2
+
+
+async def test_a_run_started_again_writes_after_the_batch_a_cancelled_one_left_writing(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    release = threading.Event()
+    first_write = threading.Event()
+
+    class StuckFirstFile(SpyFile):
+        def write(self, text: str) -> int:
+            if not first_write.is_set():
+                first_write.set()
+                release.wait(30)  # the first batch's disk does not answer
+            return super().write(text)
+
+    file = StuckFirstFile()
+    sink = JsonlTelemetry(file)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(sink.run)
+            _emit_some(sink, 2)
+            await trio.to_thread.run_sync(first_write.wait, 10)
+            nursery.cancel_scope.cancel()  # gives up on that batch after its bound
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(sink.run)  # started again: newer records come
+            _emit_some(sink, 2, start=2)
+            await trio.testing.wait_all_tasks_blocked()
+            assert file.records() == []  # not before the batch still being written
+            release.set()
+
+            def until_four_are_written() -> None:
+                deadline = time.monotonic() + 10
+                while len(file.records()) < 4 and time.monotonic() < deadline:
+                    time.sleep(0.001)
+
+            await trio.to_thread.run_sync(until_four_are_written)  # real time: threads
+            nursery.cancel_scope.cancel()
+    finally:
+        release.set()
+    assert [r["request_id"] for r in file.records()] == [0, 1, 2, 3]
 
 
 async def test_two_runs_on_one_sink_write_every_record_once_in_order() -> None:
