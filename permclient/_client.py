@@ -285,9 +285,19 @@ class Client:
         a positive number of seconds, :class:`TypeError` if ``handler`` is not
         callable.
         """
+        return self._permission_handler(session_id, handler, timeout)[0]
+
+    def _permission_handler(
+        self, session_id: str, handler: PermissionHandler, timeout: float | None
+    ) -> tuple[Registration, Callable[[], None]]:
+        """:meth:`permission_handler`, and a call that stops routing to it at once,
+        answering nothing (what a guest-mode host can do between two trio ticks)."""
         conn = self._conn
         registration = conn.add_permission_handler(session_id, handler, timeout)
-        return Registration(functools.partial(conn.remove_permission_handler, registration))
+        return (
+            Registration(functools.partial(conn.remove_permission_handler, registration)),
+            functools.partial(conn.stop_routing, registration),
+        )
 
     def statistics(self) -> ClientStatistics:
         """A snapshot of what the client holds now (as trio's ``statistics()`` methods)."""

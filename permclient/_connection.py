@@ -636,15 +636,24 @@ class Connection:
 
     def remove_permission_handler(self, registration: PermissionRegistration) -> None:
         """Unregister; its pending questions are answered ``cancelled`` now."""
-        stack = self._stacks.get(registration.session_id)
-        if stack is None or registration not in stack:
-            return
-        stack.remove(registration)
-        if not stack:
-            del self._stacks[registration.session_id]
-        registration.removed = True
+        self.stop_routing(registration)
         self._timed.discard(registration)
-        self._withdraw(list(registration.pending), "turn")
+        if registration.pending:
+            self._withdraw(list(registration.pending), "turn")
+
+    def stop_routing(self, registration: PermissionRegistration) -> None:
+        """Route no new question to ``registration``; its pending ones stay pending.
+
+        Queues nothing and starts nothing: safe where the driver cannot run (a
+        guest-mode host between two trio ticks). :meth:`remove_permission_handler`
+        answers the pending ones.
+        """
+        stack = self._stacks.get(registration.session_id)
+        if stack is not None and registration in stack:
+            stack.remove(registration)
+            if not stack:
+                del self._stacks[registration.session_id]
+        registration.removed = True
 
     def add_request_handler(
         self, method: str, handler: RequestHandler, cancelled_result: Any = NO_RESULT

@@ -1300,6 +1300,24 @@ def test_any_split_of_the_input_or_of_a_read_gives_the_same_output(
         assert as_read == _scripted_run(dialect, stream, [])
 
 
+def test_stop_routing_takes_no_new_question_and_leaves_the_open_ones_to_remove() -> None:
+    conn = Connection("acp")
+    held: list[Question] = []
+    registration = conn.add_permission_handler("s", deferred(held.append), None)
+    conn.receive_data(NewlineFramer.encode(msgspec.json.encode(ask(1, "s"))))
+    conn.stop_routing(registration)
+    assert conn.data_to_send() == b""  # answers nothing, queues nothing
+    conn.receive_data(NewlineFramer.encode(msgspec.json.encode(ask(2, "s"))))
+    assert [q.request_id for q in held] == [1]  # the new one was not routed to it
+    conn.remove_permission_handler(registration)  # the open one is answered now
+    lines = conn.data_to_send().splitlines()
+    assert [msgspec.json.decode(line) for line in lines] == [
+        answer(2, CANCELLED),
+        answer(1, CANCELLED),
+    ]
+    assert held[0].withdrawn_by == "turn"
+
+
 def test_a_read_is_handled_in_parts_of_at_most_max_messages() -> None:
     conn = Connection("acp")
     conn.add_permission_handler("s", rule(lambda request: Selected("allow")), None)

@@ -96,6 +96,21 @@ def test_two_sessions_each_get_only_their_own_requests(dialect: str) -> None:
     run(scenario)
 
 
+def test_a_closed_registration_takes_no_question_even_before_the_next_tick() -> None:
+    # Closing routes nothing more to it at once, on the loop; only the answers of
+    # its open questions wait for the run's next tick. A request read in between
+    # must not reach the closed handler.
+    async def scenario() -> None:
+        async with connected() as (client, peer):
+            stats = client.guest.client.statistics
+            registration = client.permission_handler("s-1", Cards())
+            assert stats().connection.sessions_with_handlers == 1
+            registration.close()
+            assert stats().connection.sessions_with_handlers == 0  # no tick has run
+
+    run(scenario)
+
+
 def test_a_session_whose_registration_closed_answers_cancelled_not_latest_handler() -> None:
     async def scenario() -> None:
         async with connected() as (client, peer):

@@ -195,19 +195,24 @@ class Embedded:
             with contextlib.suppress(concurrent.futures.InvalidStateError):
                 future.set_result(result)
 
-    def _register(self, session_id: str, fn: HandleFunction, timeout: float | None) -> Registration:
-        """Register on the trio thread (the caller makes sure it is there)."""
+    def _register(
+        self, session_id: str, fn: HandleFunction, timeout: float | None
+    ) -> tuple[Registration, Callable[[], None]]:
+        """Register on the trio thread (the caller makes sure it is there).
+
+        Returns the registration, and a call that stops routing to it at once
+        without answering anything (see ``Client._permission_handler``).
+        """
         client = self._require_client()
         if self._stop.is_set() or client.closed_reason is not None:
             raise ConnectionClosed(client.closed_reason or CLOSED_REASON)
-        context = client.permission_handler(
+        context, stop_routing = client._permission_handler(
             session_id,
             handler_for(fn, dispatch=self._dispatch, soon=self._soon, open_handles=self._handles),
-            timeout=timeout,
+            timeout,
         )
-        context.__enter__()
         self._registrations.add(context)
-        return Registration(functools.partial(self._unregister, context))
+        return Registration(functools.partial(self._unregister, context)), stop_routing
 
     def _unregister(self, context: contextlib.AbstractContextManager[object]) -> None:
         self._registrations.discard(context)

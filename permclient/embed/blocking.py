@@ -190,7 +190,7 @@ class BlockingClient(Embedded):
         closing.
         """
         check_handle_function(fn, type(self).__name__)
-        registration = self._on_trio_thread(lambda: self._register(session_id, fn, timeout))
+        registration, _ = self._on_trio_thread(lambda: self._register(session_id, fn, timeout))
         return Registration(functools.partial(self._close_registration, registration))
 
     def _close_registration(self, registration: Registration) -> None:

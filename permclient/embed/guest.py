@@ -59,9 +59,9 @@ class GuestClient(Embedded):
         ``fn`` returns ``None`` and the UI answers the handle later, or it returns
         its answer (a ``Decision``); see the module doc. Registered when this
         returns. Returns a :class:`~permclient.Registration`: ``close()`` it (or
-        leave its ``with`` block) to stop routing; questions still open with it are
-        then answered ``cancelled`` and their handles withdrawn (on the run's next
-        tick). With ``timeout`` (seconds), a question still open that long after
+        leave its ``with`` block) to stop routing, at once; questions still open
+        with it are then answered ``cancelled`` and their handles withdrawn (on the
+        run's next tick). With ``timeout`` (seconds), a question still open that long after
         it arrived is answered ``cancelled`` and its handle withdrawn. Call on the
         host's loop thread, after the client is ready. Raises :class:`TypeError`
         for an ``async def`` (or not callable) ``fn``, :class:`ValueError` for an
@@ -70,10 +70,13 @@ class GuestClient(Embedded):
         once :meth:`close` was called.
         """
         check_handle_function(fn, type(self).__name__)
-        registration = self._register(session_id, fn, timeout)
+        registration, stop_routing = self._register(session_id, fn, timeout)
 
-        # Undone inside a trio tick: answering wakes the writer, which needs the run.
         def undo() -> None:
+            # No question reaches fn from now on, also one read before the next
+            # tick; the open ones are answered inside that tick (answering wakes
+            # the writer, which needs the run).
+            stop_routing()
             self._soon(registration.close)
 
         return Registration(undo)
