@@ -1226,19 +1226,21 @@ class Connection:
         if self.closed_reason is not None:
             return
         self.closed_reason = reason
-        if not self._dispatching:
-            # Requests of a read not yet handled (the driver takes a read in
-            # parts): refused now, each answered, rather than left unanswered.
-            self.receive_data(b"")
-        self._starting.clear()  # every one of them is answered below
-        log.info("connection closed: %s", reason)
-        outbound, self._outbound = self._outbound, {}
-        for request_id in outbound:
-            self._events.append(ResponseReceived(request_id, None, ConnectionClosed(reason)))
-        self._withdraw(list(self._questions.values()), "teardown")
-        for inbound in list(self._requests.values()):
-            self._cancel_request(inbound, answer_now=True)
-        self._event(Closed(reason))
+        try:
+            if not self._dispatching:
+                # Requests of a read not yet handled (the driver takes a read in
+                # parts): refused now, each answered, rather than left unanswered.
+                self.receive_data(b"")
+        finally:  # (whatever that raised, what is pending is answered)
+            self._starting.clear()  # every one of them is answered below
+            log.info("connection closed: %s", reason)
+            outbound, self._outbound = self._outbound, {}
+            for request_id in outbound:
+                self._events.append(ResponseReceived(request_id, None, ConnectionClosed(reason)))
+            self._withdraw(list(self._questions.values()), "teardown")
+            for inbound in list(self._requests.values()):
+                self._cancel_request(inbound, answer_now=True)
+            self._event(Closed(reason))
 
     # --------------------------------------------------------------- telemetry
 

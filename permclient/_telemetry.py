@@ -157,11 +157,13 @@ class JsonlTelemetry:
         self._batch_written = trio.Event()  # the last batch given to a worker thread is out
         self._batch_written.set()
         self._file_lock = threading.Lock()  # a worker thread's write against flush()/close()
-        # Batches taken for worker threads and not yet written, counted as they leave
-        # the buffer (under this condition's lock, as flush() takes and writes): a
-        # flush() waits for them, so nothing it writes lands before an older batch.
-        self._threads_done = threading.Condition()
-        self._batches_in_threads = 0
+        # Each batch gets a ticket as it leaves the buffer, and is written only after
+        # the one before it: a worker thread waits its turn (off the trio thread), a
+        # flush() waits, within its bound, for every batch taken before. The lock is
+        # held only to take and count, never for I/O (the trio thread takes it too).
+        self._turns = threading.Condition()
+        self._tickets_issued = 0
+        self._tickets_written = 0
 
     def emit(self, event: str, /, **fields: Any) -> None:
         if len(self._buffer) >= self.max_buffered:
@@ -198,21 +200,17 @@ class JsonlTelemetry:
     async def _write_in_thread(self) -> None:
         """Write what is buffered, as one batch, from a worker thread; on
         cancellation, stop waiting for it."""
-        with self._threads_done:
-            batch = self._take()
-            if not batch:
-                return
-            self._batches_in_threads += 1
+        with self._turns:
+            batch, ticket = self._take_with_ticket()
+        if not batch:
+            return
         written = self._batch_written = trio.Event()
         token = trio.lowlevel.current_trio_token()
 
-        def write_and_tell() -> None:
+        def write_and_tell(wait_at_most: float | None = None) -> None:
             try:
-                self._write(batch)
+                self._write_in_turn(batch, ticket, wait_at_most)
             finally:
-                with self._threads_done:
-                    self._batches_in_threads -= 1
-                    self._threads_done.notify_all()
                 with contextlib.suppress(trio.RunFinishedError):
                     token.run_sync_soon(written.set)
 
@@ -222,7 +220,7 @@ class JsonlTelemetry:
         try:
             trio.lowlevel.start_thread_soon(write_and_tell, _log_thread_failure)
         except RuntimeError:  # no thread to be had: written here rather than lost
-            _log_thread_failure(outcome.capture(write_and_tell))
+            _log_thread_failure(outcome.capture(write_and_tell, FINAL_WRITE_TIMEOUT_S))
         # Abandoned if cancelled (a stuck disk must not hold run() up); the final write
         # waits, within its bound, for this batch to land first, so batches stay in order.
         await written.wait()
@@ -248,9 +246,9 @@ class JsonlTelemetry:
         A batch a worker thread is writing lands first: this waits for it (at most
         ``FINAL_WRITE_TIMEOUT_S``), so that what ``flush()`` returns after is on file.
         """
-        with self._threads_done:
-            if not self._threads_done.wait_for(
-                lambda: not self._batches_in_threads, FINAL_WRITE_TIMEOUT_S
+        with self._turns:
+            if not self._turns.wait_for(
+                lambda: self._tickets_written >= self._tickets_issued, FINAL_WRITE_TIMEOUT_S
             ):
                 # Its thread holds the file: writing now would wait on it without end.
                 log.warning(
@@ -260,24 +258,59 @@ class JsonlTelemetry:
                     len(self._buffer),
                 )
                 return
-            # Taken and written under the lock: no batch of run() can start meanwhile
-            # and land first with newer records.
-            batch = self._take()
-            if batch:
-                self._write(batch)
+            batch, ticket = self._take_with_ticket()  # next in turn: no batch is out
+        if batch:
+            self._write_in_turn(batch, ticket)
 
     def close(self) -> None:
         """Write what is buffered, then close the file if this sink opened it."""
         self.flush()
-        if self._owned:
-            with self._file_lock:
-                self._file.close()
+        if not self._owned:
+            return
+        if not self._file_lock.acquire(timeout=FINAL_WRITE_TIMEOUT_S):
+            log.warning(
+                "telemetry: the file was still being written after %.0f s; left open",
+                FINAL_WRITE_TIMEOUT_S,
+            )
+            return
+        try:
+            self._file.close()
+        finally:
+            self._file_lock.release()
 
     def __enter__(self) -> JsonlTelemetry:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+    def _take_with_ticket(self) -> tuple[list[dict[str, Any]], int]:
+        """The buffered records and their turn to be written (the caller holds _turns)."""
+        batch = self._take()
+        ticket = self._tickets_issued
+        if batch:
+            self._tickets_issued += 1
+        return batch, ticket
+
+    def _write_in_turn(
+        self, batch: list[dict[str, Any]], ticket: int, wait_at_most: float | None = None
+    ) -> None:
+        """Write ``batch`` once every batch taken before it is written (waiting at most
+        ``wait_at_most`` seconds, then writing it anyway, out of order)."""
+        with self._turns:
+            in_turn = self._turns.wait_for(lambda: self._tickets_written >= ticket, wait_at_most)
+        if not in_turn:
+            log.warning(
+                "telemetry: the batch before was still being written after %.0f s; "
+                "writing the next one out of order",
+                wait_at_most,
+            )
+        try:
+            self._write(batch)
+        finally:
+            with self._turns:
+                self._tickets_written = max(self._tickets_written, ticket + 1)
+                self._turns.notify_all()
 
     def _take(self) -> list[dict[str, Any]]:
         taken = []

@@ -9,6 +9,7 @@ frame after them; the wire output must be the same each way.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import msgspec
@@ -1363,6 +1364,35 @@ def test_what_is_left_of_a_read_handled_in_parts_is_answered_when_it_closes(how:
         conn.receive_eof()  # the rest of the read is handled as it would have been
         assert _answers(conn) == dict.fromkeys(range(5), selected("allow"))
     assert conn.receive_data(b"", 2) is False
+
+
+def test_whatever_the_drain_of_a_closing_read_raises_what_is_pending_is_answered() -> None:
+    # A log handler that raises while the rest of the read is refused (a
+    # KeyboardInterrupt can land anywhere): the pending question is still
+    # withdrawn, and Closed comes.
+    conn = Connection("acp")
+    held: list[Question] = []
+    conn.add_permission_handler("s", deferred(held.append), None)
+    data = b"".join(NewlineFramer.encode(msgspec.json.encode(ask(n, "s"))) for n in range(3))
+    assert conn.receive_data(data, 1) is True  # one question held, two left unread
+
+    class Interrupting(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "refused request" in record.getMessage():
+                raise KeyboardInterrupt
+
+    handler = Interrupting()
+    logging.getLogger("permclient").addHandler(handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            conn.close("the client was closed")
+    finally:
+        logging.getLogger("permclient").removeHandler(handler)
+    assert held[0].withdrawn_by == "teardown"
+    assert CANCELLED in [
+        m["result"] for m in map(msgspec.json.decode, conn.data_to_send().splitlines())
+    ]
+    assert any(isinstance(event, Closed) for event in conn.events())
 
 
 def test_a_host_code_stop_in_a_part_answers_the_rest_of_the_read() -> None:

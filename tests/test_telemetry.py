@@ -319,6 +319,71 @@ async def test_a_run_started_again_writes_after_the_batch_a_cancelled_one_left_w
     assert [r["request_id"] for r in file.records()] == [0, 1, 2, 3]
 
 
+async def test_a_flush_writing_on_another_thread_never_holds_up_the_trio_thread() -> None:
+    release = threading.Event()
+    flusher_writing = threading.Event()
+
+    class SlowForTheFlusher(SpyFile):
+        def write(self, text: str) -> int:
+            if threading.current_thread().name == "flusher":
+                flusher_writing.set()
+                release.wait(10)
+            return super().write(text)
+
+    file = SlowForTheFlusher()
+    sink = JsonlTelemetry(file)
+    _emit_some(sink, 2)
+    flusher = threading.Thread(target=sink.flush, name="flusher")
+    flusher.start()
+    # Were the trio thread held up by the flush, only this would let it go on.
+    watchdog = threading.Timer(3, release.set)
+    watchdog.start()
+    try:
+        await trio.to_thread.run_sync(flusher_writing.wait, 10)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(sink.run)
+            _emit_some(sink, 2, start=2)
+            await trio.testing.wait_all_tasks_blocked()  # run() took them, on this thread
+            assert not release.is_set()  # ... while the flush was still writing
+            release.set()
+            nursery.cancel_scope.cancel()
+    finally:
+        watchdog.cancel()
+        release.set()
+        flusher.join(10)
+    sink.flush()
+    assert [r["request_id"] for r in file.records()] == [0, 1, 2, 3]
+
+
+def test_close_past_its_bound_leaves_a_stuck_file_open_and_returns(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    import permclient._telemetry as telemetry_module
+
+    release = threading.Event()
+    writing = threading.Event()
+
+    class StuckFile(SpyFile):
+        def write(self, text: str) -> int:
+            writing.set()
+            release.wait(10)
+            return super().write(text)
+
+    monkeypatch.setattr(telemetry_module, "open", lambda *a, **k: StuckFile(), raising=False)
+    monkeypatch.setattr(telemetry_module, "FINAL_WRITE_TIMEOUT_S", 0.05)
+    sink = JsonlTelemetry(tmp_path / "t.jsonl")  # a path: the sink owns its file
+    _emit_some(sink, 1)
+    writer = threading.Thread(target=sink.flush)
+    writer.start()  # stuck in the file's write, holding it
+    try:
+        assert writing.wait(10)
+        sink.close()  # bounded: it neither waits on the file nor closes it
+        assert "left open" in caplog.text
+    finally:
+        release.set()
+        writer.join(10)
+
+
 async def test_two_runs_on_one_sink_write_every_record_once_in_order() -> None:
     file = SpyFile()
     sink = JsonlTelemetry(file, write_in_thread=False)

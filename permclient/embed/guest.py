@@ -59,10 +59,11 @@ class GuestClient(Embedded):
         ``fn`` returns ``None`` and the UI answers the handle later, or it returns
         its answer (a ``Decision``); see the module doc. Registered when this
         returns. Returns a :class:`~permclient.Registration`: ``close()`` it (or
-        leave its ``with`` block) to stop routing, at once; questions still open
-        with it are then answered ``cancelled`` and their handles withdrawn (on the
-        run's next tick). With ``timeout`` (seconds), a question still open that long after
-        it arrived is answered ``cancelled`` and its handle withdrawn. Call on the
+        leave its ``with`` block), on the host's loop thread too, to stop routing,
+        at once; questions still open with it are then answered ``cancelled`` and
+        their handles withdrawn (on the run's next tick). With ``timeout``
+        (seconds), a question still open that long after it arrived is answered
+        ``cancelled`` and its handle withdrawn. Call on the
         host's loop thread, after the client is ready. Raises :class:`TypeError`
         for an ``async def`` (or not callable) ``fn``, :class:`ValueError` for an
         empty id or a ``timeout`` that is not a positive number of seconds, and
