@@ -218,6 +218,14 @@ class Embedded:
         self._registrations.discard(context)
         context.__exit__(None, None, None)
 
+    async def _call(self, verb: str, method: str, params: Any) -> Any:
+        """A request's result, or ``None`` once a notification is queued (on the trio thread)."""
+        client = self._require_client()
+        if verb == "request":
+            return await client.request(method, params)
+        await client.notify(method, params)
+        return None
+
     def _require_client(self) -> Client:
         if self._client is None:
             raise ConnectionClosed("the client is not connected yet")

@@ -154,13 +154,6 @@ class BlockingClient(Embedded):
         self._check_thread()
         self._wait(self.submit(self._call, "notify", method, params), None)
 
-    async def _call(self, verb: str, method: str, params: Any) -> Any:
-        client = self._require_client()
-        if verb == "request":
-            return await client.request(method, params)
-        await client.notify(method, params)
-        return None
-
     @staticmethod
     def _wait(future: concurrent.futures.Future[T], timeout: float | None) -> T:
         try:

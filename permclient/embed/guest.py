@@ -44,13 +44,6 @@ class GuestClient(Embedded):
         """Send a notification; returns a future done once it is queued."""
         return self.submit(self._call, "notify", method, params)
 
-    async def _call(self, verb: str, method: str, params: Any) -> Any:
-        client = self._require_client()
-        if verb == "request":
-            return await client.request(method, params)
-        await client.notify(method, params)
-        return None
-
     def permission_handler(
         self, session_id: str, fn: HandleFunction, *, timeout: float | None = None
     ) -> Registration:
