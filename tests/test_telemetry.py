@@ -48,6 +48,23 @@ class SpyFile(io.StringIO):
         return [json.loads(line) for line in self.getvalue().splitlines()]
 
 
+class StuckFile(SpyFile):
+    """A disk that does not answer: the writes ``stuck_when(file)`` picks (all by
+    default) wait until :attr:`release` is set; :attr:`writing` is set as one starts."""
+
+    def __init__(self, stuck_when: Callable[[StuckFile], bool] = lambda file: True) -> None:
+        super().__init__()
+        self.release = threading.Event()
+        self.writing = threading.Event()
+        self.stuck_when = stuck_when
+
+    def write(self, text: str) -> int:
+        if self.stuck_when(self):
+            self.writing.set()
+            self.release.wait(30)
+        return super().write(text)
+
+
 def _emit_some(sink: permclient.Telemetry, count: int, start: int = 0) -> None:
     for n in range(start, start + count):
         sink.emit("approval.requested", session_id="s", request_id=n)
@@ -166,13 +183,6 @@ async def test_a_cancelled_run_writes_what_is_left(write_in_thread: bool) -> Non
 async def test_the_final_write_of_a_cancelled_run_is_bounded(
     autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    release = threading.Event()
-
-    class StuckFile(SpyFile):
-        def write(self, text: str) -> int:
-            release.wait(30)  # a disk that does not answer
-            return super().write(text)
-
     file = StuckFile()
     sink = JsonlTelemetry(file)
     try:
@@ -185,35 +195,26 @@ async def test_the_final_write_of_a_cancelled_run_is_bounded(
         assert trio.current_time() - start == pytest.approx(FINAL_WRITE_TIMEOUT_S)
         assert "still being written" in caplog.text
     finally:
-        release.set()
+        file.release.set()
 
 
 async def test_cancelling_run_during_a_stuck_write_is_bounded_and_keeps_the_order(
     autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    release = threading.Event()
-    first_write = threading.Event()
-
-    class StuckFile(SpyFile):
-        def write(self, text: str) -> int:
-            first_write.set()
-            release.wait(30)  # a disk that does not answer
-            return super().write(text)
-
     file = StuckFile()
     sink = JsonlTelemetry(file)
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(sink.run)
             _emit_some(sink, 2)
-            await trio.to_thread.run_sync(first_write.wait, 10)  # run() is writing them
+            await trio.to_thread.run_sync(file.writing.wait, 10)  # run() is writing them
             _emit_some(sink, 2, start=2)
             start = trio.current_time()
             nursery.cancel_scope.cancel()
         assert trio.current_time() - start == pytest.approx(FINAL_WRITE_TIMEOUT_S)
         assert "still being written" in caplog.text
     finally:
-        release.set()
+        file.release.set()
     # What was left waited in the buffer; flush() writes it after the stuck batch.
     sink.flush()
     assert [r["request_id"] for r in file.records()] == [0, 1, 2, 3]
@@ -282,30 +283,20 @@ async def test_a_failed_write_on_the_trio_thread_is_logged_and_run_goes_on(
 async def test_a_run_started_again_writes_after_the_batch_a_cancelled_one_left_writing(
     autojump_clock: trio.abc.Clock,
 ) -> None:
-    release = threading.Event()
-    first_write = threading.Event()
-
-    class StuckFirstFile(SpyFile):
-        def write(self, text: str) -> int:
-            if not first_write.is_set():
-                first_write.set()
-                release.wait(30)  # the first batch's disk does not answer
-            return super().write(text)
-
-    file = StuckFirstFile()
+    file = StuckFile(stuck_when=lambda file: not file.writing.is_set())  # the first write
     sink = JsonlTelemetry(file)
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(sink.run)
             _emit_some(sink, 2)
-            await trio.to_thread.run_sync(first_write.wait, 10)
+            await trio.to_thread.run_sync(file.writing.wait, 10)
             nursery.cancel_scope.cancel()  # gives up on that batch after its bound
         async with trio.open_nursery() as nursery:
             nursery.start_soon(sink.run)  # started again: newer records come
             _emit_some(sink, 2, start=2)
             await trio.testing.wait_all_tasks_blocked()
             assert file.records() == []  # not before the batch still being written
-            release.set()
+            file.release.set()
 
             def until_four_are_written() -> None:
                 deadline = time.monotonic() + 10
@@ -315,41 +306,31 @@ async def test_a_run_started_again_writes_after_the_batch_a_cancelled_one_left_w
             await trio.to_thread.run_sync(until_four_are_written)  # real time: threads
             nursery.cancel_scope.cancel()
     finally:
-        release.set()
+        file.release.set()
     assert [r["request_id"] for r in file.records()] == [0, 1, 2, 3]
 
 
 async def test_a_flush_writing_on_another_thread_never_holds_up_the_trio_thread() -> None:
-    release = threading.Event()
-    flusher_writing = threading.Event()
-
-    class SlowForTheFlusher(SpyFile):
-        def write(self, text: str) -> int:
-            if threading.current_thread().name == "flusher":
-                flusher_writing.set()
-                release.wait(10)
-            return super().write(text)
-
-    file = SlowForTheFlusher()
+    file = StuckFile(stuck_when=lambda file: threading.current_thread().name == "flusher")
     sink = JsonlTelemetry(file)
     _emit_some(sink, 2)
     flusher = threading.Thread(target=sink.flush, name="flusher")
     flusher.start()
     # Were the trio thread held up by the flush, only this would let it go on.
-    watchdog = threading.Timer(3, release.set)
+    watchdog = threading.Timer(3, file.release.set)
     watchdog.start()
     try:
-        await trio.to_thread.run_sync(flusher_writing.wait, 10)
+        await trio.to_thread.run_sync(file.writing.wait, 10)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(sink.run)
             _emit_some(sink, 2, start=2)
             await trio.testing.wait_all_tasks_blocked()  # run() took them, on this thread
-            assert not release.is_set()  # ... while the flush was still writing
-            release.set()
+            assert not file.release.is_set()  # ... while the flush was still writing
+            file.release.set()
             nursery.cancel_scope.cancel()
     finally:
         watchdog.cancel()
-        release.set()
+        file.release.set()
         flusher.join(10)
     sink.flush()
     assert [r["request_id"] for r in file.records()] == [0, 1, 2, 3]
@@ -360,27 +341,19 @@ def test_close_past_its_bound_leaves_a_stuck_file_open_and_returns(
 ) -> None:
     import permclient._telemetry as telemetry_module
 
-    release = threading.Event()
-    writing = threading.Event()
-
-    class StuckFile(SpyFile):
-        def write(self, text: str) -> int:
-            writing.set()
-            release.wait(10)
-            return super().write(text)
-
-    monkeypatch.setattr(telemetry_module, "open", lambda *a, **k: StuckFile(), raising=False)
+    file = StuckFile()
+    monkeypatch.setattr(telemetry_module, "open", lambda *a, **k: file, raising=False)
     monkeypatch.setattr(telemetry_module, "FINAL_WRITE_TIMEOUT_S", 0.05)
     sink = JsonlTelemetry(tmp_path / "t.jsonl")  # a path: the sink owns its file
     _emit_some(sink, 1)
     writer = threading.Thread(target=sink.flush)
     writer.start()  # stuck in the file's write, holding it
     try:
-        assert writing.wait(10)
+        assert file.writing.wait(10)
         sink.close()  # bounded: it neither waits on the file nor closes it
         assert "left open" in caplog.text
     finally:
-        release.set()
+        file.release.set()
         writer.join(10)
 
 
