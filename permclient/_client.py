@@ -16,6 +16,7 @@ import contextvars
 import functools
 import logging
 import math
+import os
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -156,6 +157,8 @@ class Client:
         self._writing = 0  # bytes taken from the connection and not yet written
         self._written = 0  # bytes written in all: teardown watches it move
         self._write_failed = False
+        self._pipe = _send_pipe(stream)  # see _write_now
+        self._handed_over = bytearray()  # what the reader's write left for the writer
         # The writer outlives an outer cancellation so owed answers still go out;
         # teardown cancels it once they are flushed (or the grace period ends).
         self._writer_scope = trio.CancelScope(shield=True)
@@ -391,6 +394,28 @@ class Client:
         self._wake_writer()
         self._pump()
 
+    def _write_now(self) -> None:
+        """Write what a read queued from the reader itself, when the writer is idle
+        and the peer is a pipe: the answers go out without a trip through the
+        scheduler. What the pipe does not take at once is left to the writer."""
+        pipe = self._pipe
+        if pipe is None or not self._writer_lot or self._conn.bytes_queued > _WRITE_CHUNK:
+            self._wake_writer()
+            return
+        data = self._conn.data_to_send()
+        try:
+            # (Asked each time: a closed stream's is -1, never a number reused since.)
+            sent = os.write(pipe.fileno(), data)
+        except OSError:  # full, or broken: the writer waits, or fails and says so
+            sent = 0
+        self._written += sent
+        if sent < len(data):
+            self._handed_over = data[sent:]
+            self._writing = len(self._handed_over)
+            self._writer_lot.unpark_all()
+        elif self._written_lot:
+            self._written_lot.unpark_all()
+
     def _wake_writer(self) -> None:
         if self._writer_lot:  # only when the writer is parked: unpark_all is not free
             self._writer_lot.unpark_all()
@@ -546,7 +571,10 @@ class Client:
     async def _write_until_failed(self) -> None:
         conn = self._conn
         while True:
-            data = conn.data_to_send()
+            if self._handed_over:  # the rest of the reader's write goes first
+                data, self._handed_over = self._handed_over, bytearray()
+            else:
+                data = conn.data_to_send()
             if not data:
                 if self._written_lot:
                     self._written_lot.unpark_all()
@@ -637,7 +665,7 @@ class Client:
                         return
                     more = conn.receive_data(data, _MESSAGES_PER_STEP)
                 if conn.bytes_queued:
-                    self._wake_writer()
+                    self._write_now()
                 self._pump()
                 if conn.has_deadlines:
                     self._watch_deadline(conn.next_deadline())
@@ -703,6 +731,13 @@ class _HandlerScope:
     def cancel(self) -> None:
         self.cancelled = True
         self._client._cancel_later(self.scope)
+
+
+def _send_pipe(stream: trio.abc.Stream) -> Any:
+    """The pipe ``stream`` sends on (an ``FdStream``, as from ``open_process``), or ``None``."""
+    send = stream.send_stream if isinstance(stream, trio.StapledStream) else stream
+    fd_stream = getattr(trio.lowlevel, "FdStream", None)  # (not on Windows)
+    return send if fd_stream is not None and isinstance(send, fd_stream) else None
 
 
 def _abort_idle(

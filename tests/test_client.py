@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import fcntl
 import fractions
 import io
 import json
 import logging
+import os
 import socket
 import tracemalloc
 from collections.abc import AsyncIterator, Iterator
@@ -1452,6 +1454,56 @@ async def test_held_notifications_are_bounded_and_the_newest_are_kept(
             pass
     assert seen == [2, 3, 4]
     assert "dropped a held 'session/update'" in caplog.text
+
+
+@asynccontextmanager
+async def pipes(
+    capacity: int | None = None,
+) -> AsyncIterator[tuple[trio.StapledStream[Any, Any], trio.StapledStream[Any, Any]]]:
+    """A client's end and a peer's end over two OS pipes, as ``open_process`` has
+    (``capacity``: what the client's outgoing pipe holds, rounded up to a page)."""
+    to_client_r, to_client_w = os.pipe()
+    to_peer_r, to_peer_w = os.pipe()
+    if capacity is not None:
+        fcntl.fcntl(to_peer_w, fcntl.F_SETPIPE_SZ, capacity)
+    fd_stream = trio.lowlevel.FdStream  # (each owns its descriptor and closes it)
+    ours = trio.StapledStream(fd_stream(to_peer_w), fd_stream(to_client_r))
+    theirs = trio.StapledStream(fd_stream(to_client_w), fd_stream(to_peer_r))
+    try:
+        yield ours, theirs
+    finally:
+        await ours.aclose()
+        await theirs.aclose()
+
+
+@pytest.mark.skipif(not hasattr(fcntl, "F_SETPIPE_SZ"), reason="needs Linux pipes")
+async def test_answers_to_a_pipe_the_peer_is_slow_to_read_arrive_whole_and_in_order() -> None:
+    # The reader writes a read's answers to the pipe itself when the writer is
+    # idle; what a full pipe leaves is the writer's, and goes before anything newer.
+    async with pipes(capacity=4096) as (ours, theirs):
+        peer = FakePeer(theirs, "acp")
+        async with permclient.open_client(ours, dialect="acp") as client:
+            with client.permission_handler("s", permclient.rule(lambda r: Selected("allow"))):
+                for n in range(400):  # ~36 KB of answers: the pipe fills many times over
+                    await peer.ask_permission("s", request_id=n)
+                with trio.fail_after(10):  # (an answer lost would leave the peer waiting)
+                    answers = [await peer.receive() for _ in range(400)]
+                assert [answer["id"] for answer in answers] == list(range(400))
+                assert all(answer["result"] == selected("allow") for answer in answers)
+                await assert_nothing_more(peer)
+
+
+async def test_a_reader_write_to_a_pipe_nobody_reads_closes_the_connection() -> None:
+    async with pipes() as (ours, theirs):
+        peer = FakePeer(theirs, "acp")
+        async with permclient.open_client(ours, dialect="acp") as client:
+            with client.permission_handler("s", permclient.rule(lambda r: Selected("allow"))):
+                await theirs.receive_stream.aclose()  # the peer stops reading: EPIPE
+                await peer.ask_permission("s", request_id=0)
+                with trio.fail_after(5):
+                    await client.wait_closed()
+                assert client.closed_reason is not None
+                assert "write failed" in client.closed_reason
 
 
 async def test_after_a_write_failure_no_new_handler_starts() -> None:
