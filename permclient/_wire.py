@@ -342,10 +342,15 @@ class PermissionRequest(msgspec.Struct, rename="camel", omit_defaults=True, gc=F
             raise ValueError("permission request with an empty `sessionId`")
         if not self.tool_call.tool_call_id:
             raise ValueError("permission request with an empty `toolCall.toolCallId`")
-        if not self.options:
+        options = self.options
+        if len(options) == 2:  # most requests: allow or reject, checked without a set
+            first, second = options[0].option_id, options[1].option_id
+            if first and second and first != second:
+                return
+        if not options:
             raise ValueError("permission request offers no `options`")
         seen: set[str] = set()
-        for option in self.options:
+        for option in options:
             if not option.option_id:
                 raise ValueError("permission option with an empty `optionId`")
             if option.option_id in seen:

@@ -429,6 +429,21 @@ FAIL_CLOSED: dict[str, Mutation] = {
         {"optionId": "allow", "name": "Also allow", "kind": "reject_once"}
     ),
     "option id empty": _set_option(0, "optionId", ""),
+    # (two options: the common case, checked on a path of its own)
+    "second of two option ids empty": _set(
+        "options",
+        [
+            {"optionId": "allow", "name": "Allow", "kind": "allow_once"},
+            {"optionId": "", "name": "Deny", "kind": "reject_once"},
+        ],
+    ),
+    "two options with one id": _set(
+        "options",
+        [
+            {"optionId": "allow", "name": "Allow", "kind": "allow_once"},
+            {"optionId": "allow", "name": "Deny", "kind": "reject_once"},
+        ],
+    ),
     "option id missing": _del_option_key(0, "optionId"),
     "option id null": _set_option(0, "optionId", None),
     "option name missing": _del_option_key(0, "name"),
@@ -462,8 +477,16 @@ SCHEMA_INVALID_TOO = {
     case
     for case in FAIL_CLOSED
     # the schema itself allows these; refusing them is our fail-closed policy
-    if case not in {"sessionId empty", "toolCallId empty", "options empty", "option id empty"}
-    and case != "options duplicate ids"
+    if case
+    not in {
+        "sessionId empty",
+        "toolCallId empty",
+        "options empty",
+        "option id empty",
+        "second of two option ids empty",
+        "options duplicate ids",
+        "two options with one id",
+    }
 }
 
 
