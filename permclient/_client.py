@@ -76,6 +76,9 @@ _OUTBUF_HIGH_WATER: Final = 16 * 1024 * 1024
 _PERMISSION_TASK: Final = "permclient.permission"
 # Workers left waiting for the next async handler once theirs answered.
 _IDLE_WORKERS: Final = 64
+# Workers woken at once for queued async handlers; beyond these, a handler waits
+# for a worker to finish its own (a round at most while they make progress).
+_EAGER_WORKERS: Final = 16
 _CANCELLED: Final = Cancelled()
 _any_decoder: Final = msgspec.json.Decoder()
 _CONSTRUCT: Final = object()  # only open_client makes a Client
@@ -173,6 +176,10 @@ class Client:
         # Async permission handlers waiting for a worker, and the workers waiting.
         self._jobs: deque[tuple[Question, AsyncHandler]] = deque()
         self._idle: list[trio.lowlevel.Task] = []
+        self._workers = 0  # alive: idle, or running a handler
+        self._taken = 0  # handlers the workers took from _jobs, in all
+        self._watcher: trio.lowlevel.Task | None = None  # parked in _watch_jobs
+        self._watching = False  # _watch_jobs runs
         self._context = contextvars.copy_context()  # each handler starts in a copy
         self.process: trio.Process | None = None
         """The runtime's process when the client came from :func:`open_process`."""
@@ -460,14 +467,58 @@ class Client:
     # ------------------------------------------------------- permission handlers
 
     def _start_permissions(self, batch: list[tuple[Question, AsyncHandler]]) -> None:
-        """Hand each async handler of a read to a worker: an idle one, else a new one."""
-        self._jobs.extend(batch)
+        """Queue each async handler of a read for a worker.
+
+        Waking a worker is a trip through trio's scheduler, as much as the rest
+        of an approval; a worker that finishes its handler takes the next queued
+        one in the same step. So up to _EAGER_WORKERS are busy at once, and
+        _watch_jobs wakes more for the handlers still queued after a round in
+        which no busy worker took one (they wait for people, or for I/O).
+        """
+        jobs = self._jobs
+        jobs.extend(batch)
+        busy = self._workers - len(self._idle)
+        self._start_workers(min(len(jobs), _EAGER_WORKERS - busy))
+        if jobs:
+            if self._watcher is not None:
+                trio.lowlevel.reschedule(self._watcher)
+                self._watcher = None
+            elif not self._watching:
+                self._watching = True
+                self._nursery.start_soon(self._watch_jobs, name="permclient: queued handlers")
+
+    def _start_workers(self, count: int) -> None:
+        """Wake (or make) ``count`` workers for the queued handlers."""
         idle = self._idle
-        for _ in batch:
+        for _ in range(count):
             if idle:
                 trio.lowlevel.reschedule(idle.pop())
             else:
+                self._workers += 1
                 self._nursery.start_soon(self._work, name=_PERMISSION_TASK)
+
+    async def _watch_jobs(self) -> None:
+        """While handlers are queued, see that each round some worker takes one;
+        after a round with none taken, wake a worker for every queued handler."""
+        jobs = self._jobs
+        task = trio.lowlevel.current_task()
+        try:
+            while True:
+                if not jobs:
+                    self._watcher = task
+                    await trio.lowlevel.wait_task_rescheduled(self._stop_watching)
+                    continue
+                taken = self._taken
+                await trio.lowlevel.checkpoint()
+                if jobs and self._taken == taken:
+                    self._start_workers(len(jobs))
+        finally:
+            self._watching = False
+
+    def _stop_watching(self, raise_cancel: object) -> trio.lowlevel.Abort:
+        """The parked watcher is cancelled (teardown)."""
+        self._watcher = None
+        return trio.lowlevel.Abort.SUCCEEDED
 
     async def _work(self) -> None:
         """Run async handlers one after the other, in the order they arrived.
@@ -496,6 +547,7 @@ class Client:
                 while not scope.cancelled:
                     if not jobs:
                         if len(idle) >= _IDLE_WORKERS:
+                            self._workers -= 1  # (teardown's cancellation ends its use)
                             return
                         # The step that wakes this worker runs in the context it
                         # has now: the next handler's own, from its first line.
@@ -505,6 +557,7 @@ class Client:
                         fresh = True
                         continue
                     question, handler = jobs.popleft()
+                    self._taken += 1
                     if question.done:
                         continue  # withdrawn before its handler ran: no card for it
                     # However the question is settled (withdrawn, or answered by

@@ -17,13 +17,19 @@ import trio
 import trio.testing
 
 import permclient
-from permclient import Cancelled, Decision, PermissionRequest, Question, Selected, WithdrawnBy
+from permclient import (
+    Cancelled,
+    Decision,
+    PermissionRequest,
+    Question,
+    Selected,
+    WithdrawnBy,
+    _client,
+)
 
 from .peer import CANCELLED, connected, permission_params, selected
 
 DIALECTS = ["bridge", "acp"]
-
-
 
 
 class Inbox:
@@ -357,6 +363,88 @@ async def test_an_awaitables_own_code_never_sees_the_previous_handlers_context(
                 for _ in range(2):
                     assert (await peer.receive())["result"] == selected("allow")
     assert seen == ["clean"] * 10
+
+
+def ask_many(peer: Any, count: int, session_id: str = "s") -> bytes:
+    """``count`` permission requests (ids 0..count-1) in one read."""
+    return b"".join(
+        peer.framer_type.encode(
+            msgspec.json.encode(
+                {
+                    "jsonrpc": "2.0",
+                    "id": n,
+                    "method": "session/request_permission",
+                    "params": permission_params(session_id, f"call-{n}"),
+                }
+            )
+        )
+        for n in range(count)
+    )
+
+
+async def test_each_queued_async_handler_starts_while_the_busy_ones_wait_for_people() -> None:
+    # Beyond the workers woken at once, handlers wait for a busy worker to finish;
+    # when none does for a round (each waits for a person), each still gets one.
+    count = 3 * _client._EAGER_WORKERS
+    started: list[str] = []
+    release = trio.Event()
+
+    async def waits_for_a_person(request: PermissionRequest) -> Decision:
+        started.append(request.tool_call.tool_call_id)
+        await release.wait()
+        return Selected("allow")
+
+    async with connected() as (client, peer):
+        with client.permission_handler("s", waits_for_a_person):
+            await peer.send_raw(ask_many(peer, count))
+            with trio.fail_after(5):
+                while len(started) < count:
+                    await trio.testing.wait_all_tasks_blocked()
+            assert sorted(started) == sorted(f"call-{n}" for n in range(count))
+            release.set()
+            with trio.fail_after(5):
+                ids = [(await peer.receive())["id"] for _ in range(count)]
+            assert sorted(ids) == list(range(count))
+
+
+async def test_queued_async_handlers_are_taken_by_busy_workers_and_all_answered() -> None:
+    # Handlers that only checkpoint keep their workers busy round after round:
+    # the queued ones are taken as those finish, each started once, in order.
+    count = 5 * _client._EAGER_WORKERS
+    started: list[int] = []
+
+    async def checkpoints(request: PermissionRequest) -> Decision:
+        started.append(int(request.tool_call.tool_call_id.removeprefix("call-")))
+        for _ in range(3):
+            await trio.lowlevel.checkpoint()
+        return Selected("allow")
+
+    async with connected() as (client, peer):
+        with client.permission_handler("s", checkpoints):
+            await peer.send_raw(ask_many(peer, count))
+            with trio.fail_after(5):
+                answers = [await peer.receive() for _ in range(count)]
+            assert sorted(answer["id"] for answer in answers) == list(range(count))
+            assert all(answer["result"] == selected("allow") for answer in answers)
+            assert started == list(range(count))
+            assert client.pending_questions() == []
+
+
+async def test_leaving_the_client_with_async_handlers_queued_answers_each_once() -> None:
+    count = 3 * _client._EAGER_WORKERS
+
+    async def waits(request: PermissionRequest) -> Decision:
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    with trio.fail_after(10):  # (teardown waits for nothing the handlers hold)
+        async with connected() as (client, peer):
+            client.permission_handler("s", waits)
+            await peer.send_raw(ask_many(peer, count))
+            await trio.testing.wait_all_tasks_blocked()
+    answers = [await peer.receive() for _ in range(count)]
+    assert sorted(answer["id"] for answer in answers) == list(range(count))
+    assert all(answer["result"] == CANCELLED for answer in answers)
 
 
 async def test_an_async_handler_is_cancelled_by_its_withdrawal() -> None:
