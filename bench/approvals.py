@@ -36,6 +36,7 @@ Usage::
     python bench/approvals.py                 # N=20000, W=64, S=8, 5 rounds
     python bench/approvals.py --quick         # a smoke run (N=2000, 1 round)
     python bench/approvals.py --profile permclient-async   # cProfile of one client
+    python bench/approvals.py --steps permclient-async     # trio task steps per approval
 
 Exits 1 if any answer was wrong (or a client failed); a missed target is reported,
 not an error.
@@ -44,6 +45,7 @@ not an error.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import shutil
@@ -215,6 +217,39 @@ class _Profile:
             stats.sort_stats("cumulative").print_stats(30)
 
 
+class _Steps:
+    """Counts trio's task steps around the measured bursts only (``--steps``), by task,
+    and prints them per approval to stderr. (A trio instrument: public API.)"""
+
+    def __init__(self, enabled: bool, count: int) -> None:
+        self.enabled, self.count = enabled, count
+        self.steps: collections.Counter[str] = collections.Counter()
+
+    def before_task_step(self, task: Any) -> None:
+        self.steps[task.name.rpartition(".")[2]] += 1
+
+    def before_io_wait(self, timeout: float) -> None:
+        self.steps["(scheduler rounds)"] += 1
+
+    def __enter__(self) -> None:
+        if self.enabled:
+            import trio
+
+            trio.lowlevel.add_instrument(self)
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.enabled:
+            import trio
+
+            trio.lowlevel.remove_instrument(self)
+            rounds = self.steps.pop("(scheduler rounds)", 0)
+            total = sum(self.steps.values())
+            print(f"trio task steps per approval: {total / self.count:.2f}", file=sys.stderr)
+            for name, steps in self.steps.most_common():
+                print(f"  {steps / self.count:6.3f}  {name}", file=sys.stderr)
+            print(f"scheduler rounds per approval: {rounds / self.count:.3f}", file=sys.stderr)
+
+
 async def _measured_bursts(
     start: Callable[[int], Awaitable[Any]], args: argparse.Namespace
 ) -> list[dict[str, Any]]:
@@ -223,7 +258,7 @@ async def _measured_bursts(
         await start(args.warmup)
     runs = []
     for _ in range(args.repeat):
-        with _Profile(args.profile is not None):
+        with _Profile(args.profile is not None), _Steps(args.steps is not None, args.count):
             cpu0 = time.process_time()
             t0 = time.perf_counter()
             result = await start(args.count)
@@ -554,14 +589,20 @@ def main() -> int:
         choices=[c.key for c in CONFIGS if c.shape is not None or c.key == "python-sdk"],
         help="run this one client once, in this process, under cProfile (measured burst only)",
     )
+    parser.add_argument(
+        "--steps",
+        choices=[c.key for c in CONFIGS if c.shape is not None],
+        help="run this permclient client once, in this process, and count trio's task "
+        "steps per approval, by task (measured burst only)",
+    )
     parser.add_argument("--child", choices=list(CONFIG_OF), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.quick:
         args.count, args.repeat = min(args.count, 2000), 1
     if args.warmup is None:
         args.warmup = max(100, args.count // 10)
-    if args.profile:
-        args.child, args.repeat = args.profile, 1
+    if args.profile or args.steps:
+        args.child, args.repeat = args.profile or args.steps, 1
     if args.child:
         return child_main(args)
 
