@@ -178,6 +178,7 @@ class Client:
         self._idle: list[trio.lowlevel.Task] = []
         self._workers = 0  # alive: idle, or running a handler
         self._taken = 0  # handlers the workers took from _jobs, in all
+        self._waking = 0  # workers woken (or made) that have yet to run
         self._watcher: trio.lowlevel.Task | None = None  # parked in _watch_jobs
         self._watching = False  # _watch_jobs runs
         self._context = contextvars.copy_context()  # each handler starts in a copy
@@ -401,10 +402,15 @@ class Client:
         self._wake_writer()
         self._pump()
 
+    @trio.lowlevel.enable_ki_protection
     def _write_now(self) -> None:
         """Write what a read queued from the reader itself, when the writer is idle
         and the peer is a pipe: the answers go out without a trip through the
-        scheduler. What the pipe does not take at once is left to the writer."""
+        scheduler. What the pipe does not take at once is left to the writer.
+
+        Protected from Ctrl-C (trio delivers it at the next checkpoint instead):
+        bytes taken from the connection are always written or handed over, never
+        cut off where the teardown's answers would follow them mid-frame."""
         pipe = self._pipe
         if pipe is None or not self._writer_lot or self._conn.bytes_queued > _WRITE_CHUNK:
             self._wake_writer()
@@ -491,6 +497,7 @@ class Client:
         """Wake (or make) ``count`` workers for the queued handlers."""
         idle = self._idle
         for _ in range(count):
+            self._waking += 1
             if idle:
                 trio.lowlevel.reschedule(idle.pop())
             else:
@@ -510,7 +517,8 @@ class Client:
                     continue
                 taken = self._taken
                 await trio.lowlevel.checkpoint()
-                if jobs and self._taken == taken:
+                # (Workers woken but not yet run, e.g. later in this round, will take some.)
+                if jobs and self._taken == taken and not self._waking:
                     self._start_workers(len(jobs))
         finally:
             self._watching = False
@@ -535,6 +543,7 @@ class Client:
         approval. (One function, not three: every step of a handler resumes each
         coroutine frame between trio and it.)
         """
+        self._waking -= 1
         conn = self._conn
         task = trio.lowlevel.current_task()
         jobs = self._jobs
@@ -554,6 +563,7 @@ class Client:
                         task.context = self._context.copy()
                         idle.append(task)
                         await trio.lowlevel.wait_task_rescheduled(abort_idle)
+                        self._waking -= 1
                         fresh = True
                         continue
                     question, handler = jobs.popleft()

@@ -407,6 +407,36 @@ async def test_each_queued_async_handler_starts_while_the_busy_ones_wait_for_peo
             assert sorted(ids) == list(range(count))
 
 
+async def test_handlers_waiting_for_people_get_one_worker_each_and_no_more() -> None:
+    count = 10 * _client._EAGER_WORKERS
+    release = trio.Event()
+
+    class Spawned(trio.abc.Instrument):
+        workers = 0
+
+        def task_spawned(self, task: trio.lowlevel.Task) -> None:
+            self.workers += task.name == _client._PERMISSION_TASK
+
+    async def waits_for_a_person(request: PermissionRequest) -> Decision:
+        await release.wait()
+        return Selected("allow")
+
+    spawned = Spawned()
+    trio.lowlevel.add_instrument(spawned)
+    try:
+        async with connected() as (client, peer):
+            with client.permission_handler("s", waits_for_a_person):
+                await peer.send_raw(ask_many(peer, count))
+                await trio.testing.wait_all_tasks_blocked()
+                release.set()
+                with trio.fail_after(5):
+                    ids = [(await peer.receive())["id"] for _ in range(count)]
+                assert sorted(ids) == list(range(count))
+    finally:
+        trio.lowlevel.remove_instrument(spawned)
+    assert spawned.workers == count  # (none woken twice for the same handler)
+
+
 async def test_queued_async_handlers_are_taken_by_busy_workers_and_all_answered() -> None:
     # Handlers that only checkpoint keep their workers busy round after round:
     # the queued ones are taken as those finish, each started once, in order.
