@@ -77,7 +77,7 @@ _PERMISSION_TASK: Final = "permclient.permission"
 # Workers left waiting for the next async handler once theirs answered.
 _IDLE_WORKERS: Final = 64
 # Workers woken at once for queued async handlers; beyond these, a handler waits
-# for a worker to finish its own (a round at most while they make progress).
+# for a busy worker to finish its own, or for a round in which none did.
 _EAGER_WORKERS: Final = 16
 _CANCELLED: Final = Cancelled()
 _any_decoder: Final = msgspec.json.Decoder()
@@ -543,7 +543,7 @@ class Client:
         approval. (One function, not three: every step of a handler resumes each
         coroutine frame between trio and it.)
         """
-        self._waking -= 1
+        self._waking -= 1  # (a new worker: counted when made)
         conn = self._conn
         task = trio.lowlevel.current_task()
         jobs = self._jobs
