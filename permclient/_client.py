@@ -485,7 +485,7 @@ class Client:
         jobs.extend(batch)
         busy = self._workers - len(self._idle)
         self._start_workers(min(len(jobs), _EAGER_WORKERS - busy))
-        if jobs:
+        if len(jobs) > self._waking:  # (each worker woken takes one, if any is left)
             if self._watcher is not None:
                 trio.lowlevel.reschedule(self._watcher)
                 self._watcher = None

@@ -6,7 +6,6 @@ import io
 import json
 import logging
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -56,13 +55,22 @@ class StuckFile(SpyFile):
         super().__init__()
         self.release = threading.Event()
         self.writing = threading.Event()
+        self.written = threading.Condition()
         self.stuck_when = stuck_when
 
     def write(self, text: str) -> int:
         if self.stuck_when(self):
             self.writing.set()
             self.release.wait(30)
-        return super().write(text)
+        with self.written:
+            count = super().write(text)
+            self.written.notify_all()
+        return count
+
+    def wait_for_records(self, count: int) -> None:
+        """Block (a thread: the writes come from threads) until ``count`` records are in."""
+        with self.written:
+            self.written.wait_for(lambda: len(self.records()) >= count, timeout=10)
 
 
 def _emit_some(sink: permclient.Telemetry, count: int, start: int = 0) -> None:
@@ -297,13 +305,7 @@ async def test_a_run_started_again_writes_after_the_batch_a_cancelled_one_left_w
             await trio.testing.wait_all_tasks_blocked()
             assert file.records() == []  # not before the batch still being written
             file.release.set()
-
-            def until_four_are_written() -> None:
-                deadline = time.monotonic() + 10
-                while len(file.records()) < 4 and time.monotonic() < deadline:
-                    time.sleep(0.001)
-
-            await trio.to_thread.run_sync(until_four_are_written)  # real time: threads
+            await trio.to_thread.run_sync(file.wait_for_records, 4)
             nursery.cancel_scope.cancel()
     finally:
         file.release.set()
