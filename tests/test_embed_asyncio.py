@@ -5,6 +5,9 @@ reference runtime."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
+import textwrap
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -406,3 +409,36 @@ def test_ctrl_c_in_a_guest_run_reaches_done_callback_as_a_plain_keyboard_interru
         assert type(error) is KeyboardInterrupt
 
     run(scenario)
+
+
+# Ctrl-C under asyncio.run while the loop waits: the kernel gives a process's SIGINT
+# to any of its threads. Sent here to one that is not the loop's, which must still
+# wake the loop so that asyncio's handler runs (the loop has 30 s left to sleep).
+CTRL_C_ON_ANOTHER_THREAD = textwrap.dedent(
+    """
+    import asyncio, signal, sys, threading
+    from permclient.embed import asyncio_client
+
+    async def main():
+        async with asyncio_client([sys.executable, "-c", "import sys; sys.stdin.read()"]):
+            bystander = threading.Thread(target=threading.Event().wait, daemon=True)
+            bystander.start()
+            threading.Timer(0.2, signal.pthread_kill, (bystander.ident, signal.SIGINT)).start()
+            await asyncio.sleep(30)
+
+    try:
+        asyncio.run(main())
+    except KeyboardInterrupt:
+        sys.exit(130)
+    """
+)
+
+
+def test_ctrl_c_that_the_kernel_gives_another_thread_still_reaches_asyncio() -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", CTRL_C_ON_ANOTHER_THREAD],
+        capture_output=True,
+        text=True,
+        timeout=20,
+    )
+    assert result.returncode == 130, result.stderr

@@ -11,6 +11,7 @@ import contextlib
 import functools
 import inspect
 import logging
+import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, cast
 
@@ -176,7 +177,7 @@ async def asyncio_client(
         done_callback=on_done,
         on_ready=on_ready,
         dispatch=dispatch,
-        host_uses_signal_set_wakeup_fd=True,
+        host_uses_signal_set_wakeup_fd=_host_has_wakeup_fd(),
         dialect=dialect,
         **open_kwargs,
     )
@@ -200,3 +201,17 @@ async def asyncio_client(
     error = done.result()
     if body_returned and error is not None:
         raise error
+
+
+def _host_has_wakeup_fd() -> bool:
+    """Whether the loop's thread already has a ``signal.set_wakeup_fd`` (asyncio sets
+    one only with ``loop.add_signal_handler``; ``asyncio.run``'s Ctrl-C handler needs
+    none). Without one, trio sets its own: a Ctrl-C the kernel gives to another
+    thread (trio's I/O thread, one blocked reading stdin) must still wake the loop,
+    or the handler waits for the loop's next event, which may never come."""
+    try:
+        current = signal.set_wakeup_fd(-1)
+    except ValueError:  # not the main thread: signals are not handled here at all
+        return True
+    signal.set_wakeup_fd(current)
+    return current != -1
