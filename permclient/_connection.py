@@ -68,6 +68,7 @@ from ._wire import (
     PermissionResponse,
     Selected,
     cancel_params_decoder,
+    own_raw_json,
     permission_request_decoder,
 )
 from .framing import DEFAULT_MAX_FRAME_SIZE, ContentLengthFramer, Framer, NewlineFramer
@@ -291,7 +292,7 @@ def parse_permission_request(frame: bytes) -> Request | None:
     """
     if (
         len(frame) > _EAGER_COST_FRAME
-        or _PERMISSION_METHOD_JSON not in frame
+        or frame.find(_PERMISSION_METHOD_JSON, 0, 256) < 0
         or not frame.isascii()  # (a non-ASCII frame needs parse_message's UTF-8 checks)
     ):
         return None
@@ -520,7 +521,10 @@ class Connection:
     def _dispatch(self, frame: bytes) -> None:
         message: Message | None = None
         try:
-            message = parse_permission_request(frame) or parse_message(frame)
+            message = parse_permission_request(frame)
+            if message is not None and self._answered_by_top_rule(message, frame):
+                return
+            message = message or parse_message(frame)
             if self.closed_reason is not None and not isinstance(message, Request | InvalidMessage):
                 return  # closed by host code earlier in this read: only requests are owed
             if isinstance(message, Request):
@@ -1004,10 +1008,60 @@ class Connection:
         if self.closed_reason is not None:  # the telemetry sink stopped the client
             self._queue(_permission_answer(request_id, _CANCELLED))
             return
-        offered = request.options  # a tuple of frozen options: what the answer is checked against
         started = self._clock() if telemetry else 0.0
         # A snapshot: a rule may close registrations (its own too) while it runs.
-        for registration in reversed(tuple(stack or ())):
+        self._route(message, frame, size, request, tuple(stack or ()), started)
+
+    def _answered_by_top_rule(self, message: Request, frame: bytes) -> bool:
+        """Answer in one step what most rules answer: a request (decoded with its
+        envelope) whose session's latest registration is a rule, when none of the
+        general path's checks applies (telemetry, closing, an id in use, the bound
+        on pending requests). ``False``, having done nothing, when it does."""
+        request = cast(PermissionRequest, message.decoded)
+        stack = self._stacks.get(request.session_id)
+        if stack is None or self._telemetry is not None or self.closed_reason is not None:
+            return False
+        top = stack[-1]
+        rule = top.handler
+        request_id = message.id
+        questions, requests = self._questions, self._requests
+        if (
+            type(rule) is not Rule
+            or request_id in questions
+            or request_id in requests
+            or len(questions) + len(requests) >= self._max_pending
+        ):
+            return False
+        # Equal strings: the registration's is shared (see _on_permission_request).
+        session_id = request.session_id = top.session_id
+        registrations = tuple(stack)  # the snapshot the rule may change
+        decision = self._run_rule(rule, request, request.options)
+        if decision is None:
+            self._route(message, frame, None, request, registrations[:-1], 0.0)
+            return True
+        self.tool_calls.fold_answered(session_id, request.tool_call)
+        try:
+            body = _permission_answer(request_id, decision)
+        except LocalProtocolError:
+            self._send_answer(request_id, session_id, decision, 0.0)  # says why, answers cancelled
+            return True
+        self._queue(body)
+        return True
+
+    def _route(
+        self,
+        message: Request,
+        frame: bytes,
+        size: int | None,
+        request: PermissionRequest,
+        registrations: tuple[PermissionRegistration, ...],
+        started: float,
+    ) -> None:
+        """Ask ``registrations`` from the latest down: rules until one decides, or
+        the first other handler gets the question; none left answers cancelled."""
+        request_id, session_id = message.id, request.session_id
+        offered = request.options  # a tuple of frozen options: what the answer is checked against
+        for registration in reversed(registrations):
             if registration.removed:
                 continue
             handler = registration.handler
@@ -1054,6 +1108,7 @@ class Connection:
         shared = self._share_options(request.options)
         if shared is not None:
             request.options = shared.options
+        own_raw_json(request.tool_call)
         question = Question(self, request_id, request, started, registration, shared, size)
         self._pending_bytes += size
         self._questions[request_id] = question

@@ -289,6 +289,9 @@ class ToolCallUpdate(msgspec.Struct, rename="camel", omit_defaults=True, gc=Fals
     decoded on access by :attr:`raw_input` / :attr:`raw_output`: most requests are
     answered without anyone looking at them, and undecoded they cost a third of
     the memory. To build one, pass ``raw_input_json=msgspec.Raw(msgspec.json.encode(x))``.
+    Decoded with msgspec, they are views of the input (which they keep alive, and
+    which must not change while they are held): the client copies them out of the
+    message for every tool call it keeps, as :meth:`PermissionRequest.from_json` does.
     """
 
     tool_call_id: str
@@ -301,13 +304,6 @@ class ToolCallUpdate(msgspec.Struct, rename="camel", omit_defaults=True, gc=Fals
     raw_output_json: msgspec.Raw = msgspec.field(default=_ABSENT, name="rawOutput")
     meta: _Meta = msgspec.field(default=None, name="_meta")
 
-    def __post_init__(self) -> None:
-        # Decoded from a frame, a Raw is a view that keeps the whole frame alive.
-        if self.raw_input_json:
-            self.raw_input_json = self.raw_input_json.copy()
-        if self.raw_output_json:
-            self.raw_output_json = self.raw_output_json.copy()
-
     @property
     def raw_input(self) -> Any:
         """The tool's arguments as decoded JSON (``None`` when absent or ``null``)."""
@@ -317,6 +313,17 @@ class ToolCallUpdate(msgspec.Struct, rename="camel", omit_defaults=True, gc=Fals
     def raw_output(self) -> Any:
         """The tool's result as decoded JSON (``None`` when absent or ``null``)."""
         return decode_raw(self.raw_output_json)
+
+
+def own_raw_json(update: ToolCallUpdate) -> None:
+    """Give ``update``'s ``rawInput``/``rawOutput`` bytes of their own: decoded, they
+    are views that keep the whole message they came in alive. The client calls it
+    for each tool call it keeps (a pending question's); not copying on decode
+    spares the copy for the requests a rule answers at once."""
+    if update.raw_input_json:
+        update.raw_input_json = update.raw_input_json.copy()
+    if update.raw_output_json:
+        update.raw_output_json = update.raw_output_json.copy()
 
 
 # ------------------------------------------------------------------ the request
@@ -362,9 +369,12 @@ class PermissionRequest(msgspec.Struct, rename="camel", omit_defaults=True, gc=F
         """Decode the JSON params of a ``session/request_permission`` (e.g. in a test).
 
         Raises :class:`msgspec.ValidationError` (or :class:`msgspec.DecodeError`)
-        for anything the client would answer ``cancelled`` without asking.
+        for anything the client would answer ``cancelled`` without asking. The
+        request holds nothing of ``data`` (which may be a buffer reused later).
         """
-        return permission_request_decoder.decode(data)
+        request = permission_request_decoder.decode(data)
+        own_raw_json(request.tool_call)
+        return request
 
     @property
     def option_ids(self) -> frozenset[str]:

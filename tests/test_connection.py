@@ -10,6 +10,7 @@ frame after them; the wire output must be the same each way.
 from __future__ import annotations
 
 import logging
+import tracemalloc
 from typing import Any
 
 import msgspec
@@ -412,6 +413,62 @@ def test_a_rule_returning_none_passes_the_question_down(peer: Peer) -> None:
     assert peer.wire() == []
     questions[0].select("deny")
     assert peer.wire() == [answer(1, selected("deny"))]
+    peer.assert_idle()
+
+
+def test_a_passing_rule_that_changes_the_stack_passes_the_question_to_what_was_under_it(
+    peer: Peer,
+) -> None:
+    """The stack as the question found it: a registration closed meanwhile is
+    skipped, and one added meanwhile waits for the next question."""
+    log: list[str] = []
+    questions: list[Question] = []
+    peer.conn.add_permission_handler("s-1", holding(questions), None)
+    closed = peer.conn.add_permission_handler(
+        "s-1", recording_rule(log, "closed", Selected("allow")), None
+    )
+
+    def rearrange(request: PermissionRequest) -> None:
+        log.append("top")
+        peer.conn.remove_permission_handler(closed)
+        peer.conn.add_permission_handler(
+            "s-1", recording_rule(log, "added", Selected("allow")), None
+        )
+
+    peer.conn.add_permission_handler("s-1", rule(rearrange), None)
+    peer.send(ask(1))
+    assert log == ["top"] and len(questions) == 1
+    questions[0].select("deny")
+    peer.send(ask(2))
+    assert log == ["top", "added"]
+    assert peer.wire() == [answer(1, selected("deny")), answer(2, selected("allow"))]
+    peer.assert_idle()
+
+
+@pytest.mark.parametrize("padding", [48 * 1024, 4 * 1024 * 1024], ids=["small", "large"])
+def test_a_pending_question_holds_its_tool_input_but_not_the_message_it_came_in(
+    dialect: str, padding: int
+) -> None:
+    """``rawInput`` is decoded as a view of its message; a question that stays
+    pending gets a copy of its own, so the (here mostly blank) message is freed."""
+    peer = Peer(dialect)
+    questions: list[Question] = []
+    peer.conn.add_permission_handler("s-1", holding(questions), None)
+    tool_call = {"toolCallId": "call-1", "rawInput": {"command": ["ls", "-l"]}}
+    body = msgspec.json.encode(ask(1, toolCall=tool_call))
+    frame = peer.framer_type.encode(body[:-1] + b" " * padding + b"}")
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        peer.send_raw(frame)
+        del frame
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held < padding // 4, f"{held} bytes held after a {padding}-byte message"
+    assert questions[0].request.tool_call.raw_input == {"command": ["ls", "-l"]}
+    questions[0].select("allow")
+    assert peer.wire() == [answer(1, selected("allow"))]
     peer.assert_idle()
 
 

@@ -718,7 +718,7 @@ def test_raw_input_is_kept_undecoded_and_decoded_on_access() -> None:
     req = PermissionRequest.from_json(frame)
     assert req.tool_call.raw_input == {"command": ["ls", "-l"], "env": {"A": "1"}}
     assert req.tool_call.raw_output is None  # null reads as absent
-    # A copy of just its own bytes: nothing holds on to the frame it came from
+    # from_json copies out just its own bytes: nothing holds on to the frame it came from
     # (a bytearray with a live export could not grow).
     frame.extend(b" ")
     assert bytes(req.tool_call.raw_input_json) == msgspec.json.encode(
