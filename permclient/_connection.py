@@ -522,7 +522,7 @@ class Connection:
         message: Message | None = None
         try:
             message = parse_permission_request(frame)
-            if message is not None and self._answered_by_top_rule(message, frame):
+            if message is not None and self._routed_at_once(message, frame):
                 return
             message = message or parse_message(frame)
             if self.closed_reason is not None and not isinstance(message, Request | InvalidMessage):
@@ -1012,30 +1012,36 @@ class Connection:
         # A snapshot: a rule may close registrations (its own too) while it runs.
         self._route(message, frame, size, request, tuple(stack or ()), started)
 
-    def _answered_by_top_rule(self, message: Request, frame: bytes) -> bool:
-        """Answer in one step what most rules answer: a request (decoded with its
-        envelope) whose session's latest registration is a rule, when none of the
-        general path's checks applies (telemetry, closing, an id in use, the bound
-        on pending requests). ``False``, having done nothing, when it does."""
+    def _routed_at_once(self, message: Request, frame: bytes) -> bool:
+        """Route in one step what most requests need: a request (decoded with its
+        envelope) goes to its session's latest registration, when none of the
+        general path's checks applies (no registration, telemetry, closing, an id
+        in use, the bound on pending requests). ``False``, having done nothing,
+        when one does."""
         request = cast(PermissionRequest, message.decoded)
         stack = self._stacks.get(request.session_id)
         if stack is None or self._telemetry is not None or self.closed_reason is not None:
             return False
-        top = stack[-1]
-        rule = top.handler
         request_id = message.id
         questions, requests = self._questions, self._requests
         if (
-            type(rule) is not Rule
-            or request_id in questions
+            request_id in questions
             or request_id in requests
             or len(questions) + len(requests) >= self._max_pending
         ):
             return False
-        # Equal strings: the registration's is shared (see _on_permission_request).
-        session_id = request.session_id = top.session_id
+        top = stack[-1]
+        session_id = request.session_id
+        if top.session_id == session_id:  # shared when equal (see _on_permission_request)
+            session_id = request.session_id = top.session_id
+        handler = top.handler
+        if type(handler) is not Rule:
+            size = self._admitted(message, frame, None)
+            if size is not None:
+                self._pend(request_id, request, top, size)
+            return True
         registrations = tuple(stack)  # the snapshot the rule may change
-        decision = self._run_rule(rule, request, request.options)
+        decision = self._run_rule(handler, request, request.options)
         if decision is None:
             self._route(message, frame, None, request, registrations[:-1], 0.0)
             return True

@@ -1657,6 +1657,24 @@ async def test_sharing_never_rewrites_the_session_a_request_named(
             await peer.receive()
 
 
+async def test_a_rule_also_sees_the_session_a_request_named_whatever_the_routing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seen: list[str] = []
+
+    def allow(request: PermissionRequest) -> Selected:
+        seen.append(request.session_id)
+        return Selected("allow")
+
+    async with connected() as (client, peer):
+        with client.permission_handler("s-A", permclient.rule(allow)):
+            stacks = client._conn._stacks  # private on purpose: routing sabotaged
+            monkeypatch.setitem(stacks, "s-B", stacks["s-A"])  # sabotage: B routed to A
+            await peer.ask_permission("s-B", request_id=0)
+            assert (await peer.receive())["result"]["outcome"]["optionId"] == "allow"
+            assert seen == ["s-B"]
+
+
 async def test_options_carrying_meta_are_not_shared_and_still_answer_exactly() -> None:
     options = [
         {"optionId": "allow", "name": "Allow", "kind": "allow_once", "_meta": {"k": [1]}},

@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 from permclient import (
     Cancelled,
     ConnectionClosed,
-    LocalProtocolError,
     InboundNotification,
+    LocalProtocolError,
     PermissionRequest,
     RequestError,
     Selected,
