@@ -44,7 +44,6 @@ from ._messages import (
     ErrorCode,
     ErrorResponse,
     InvalidMessage,
-    Message,
     Notification,
     Request,
     RequestId,
@@ -279,20 +278,24 @@ class _WholePermissionRequest(msgspec.Struct, gc=False):
 
 _whole_permission_request_decoder: Final = msgspec.json.Decoder(_WholePermissionRequest)
 _PERMISSION_METHOD_JSON: Final = b'"' + PERMISSION_METHOD.encode() + b'"'
+# Where the method is looked for: peers put it before the params, and a search
+# bounded there costs a third of one through the whole frame.
+METHOD_WITHIN: Final = 256
 
 
-def parse_permission_request(frame: bytes) -> Request | None:
+def parse_permission_request(frame: bytes) -> _WholePermissionRequest | None:
     """The frame as a well-formed permission request, decoded in one pass; ``None``
     for anything else (which :func:`parse_message` classifies, and says what is
     wrong with).
 
     Most frames a client reads are permission requests: decoding the envelope,
     then its params, would read each twice. A large frame is left to the general
-    path, which checks the pending bytes it would cost before decoding its params.
+    path, which checks the pending bytes it would cost before decoding its params,
+    and so is one that names its method past its first METHOD_WITHIN bytes.
     """
     if (
         len(frame) > _EAGER_COST_FRAME
-        or frame.find(_PERMISSION_METHOD_JSON, 0, 256) < 0
+        or frame.find(_PERMISSION_METHOD_JSON, 0, METHOD_WITHIN) < 0
         or not frame.isascii()  # (a non-ASCII frame needs parse_message's UTF-8 checks)
     ):
         return None
@@ -302,6 +305,10 @@ def parse_permission_request(frame: bytes) -> Request | None:
         return None
     if whole.method != PERMISSION_METHOD or whole.jsonrpc != "2.0" or whole.result or whole.error:
         return None
+    return whole
+
+
+def _request_of(whole: _WholePermissionRequest) -> Request:
     return Request(whole.id, PERMISSION_METHOD, _NO_PARAMS, whole.params)
 
 
@@ -309,6 +316,7 @@ _ANSWER_HEAD: Final = b'{"jsonrpc":"2.0","id":'
 _SELECTED_HEAD: Final = b',"result":{"outcome":{"outcome":"selected","optionId":'
 _SELECTED_TAIL: Final = b"}}}"
 _CANCELLED_TAIL: Final = b',"result":{"outcome":{"outcome":"cancelled"}}}'
+_SELECTED_FOR_INT_ID: Final = _ANSWER_HEAD + b"%d" + _SELECTED_HEAD + b"%b" + _SELECTED_TAIL
 _json: Final = msgspec.json.Encoder()
 
 
@@ -322,6 +330,8 @@ def _permission_answer(request_id: RequestId | None, decision: Decision) -> byte
     if decision.meta is None:
         try:
             if type(decision) is Selected:
+                if type(request_id) is int:  # (not a bool: %d would write 1 for true)
+                    return _SELECTED_FOR_INT_ID % (request_id, _json.encode(decision.option_id))
                 return (
                     _ANSWER_HEAD
                     + _json.encode(request_id)
@@ -519,12 +529,14 @@ class Connection:
         self.close("the peer closed the connection")
 
     def _dispatch(self, frame: bytes) -> None:
-        message: Message | None = None
+        owed: Request | _WholePermissionRequest | None = None  # a request, to answer
         try:
-            message = parse_permission_request(frame)
-            if message is not None and self._routed_at_once(message, frame):
+            whole = owed = parse_permission_request(frame)
+            if whole is not None and self._routed_at_once(whole, frame):
                 return
-            message = message or parse_message(frame)
+            message = parse_message(frame) if whole is None else _request_of(whole)
+            if isinstance(message, Request):
+                owed = message
             if self.closed_reason is not None and not isinstance(message, Request | InvalidMessage):
                 return  # closed by host code earlier in this read: only requests are owed
             if isinstance(message, Request):
@@ -540,8 +552,8 @@ class Connection:
         except Exception:
             # A bug of ours must not take the connection down with it.
             log.exception("internal error while dispatching a message")
-            if isinstance(message, Request) and not self._is_pending(message.id):
-                self._queue(encode_error(message.id, ErrorCode.INTERNAL_ERROR, "internal error"))
+            if owed is not None and not self._is_pending(owed.id):
+                self._queue(encode_error(owed.id, ErrorCode.INTERNAL_ERROR, "internal error"))
 
     def _is_pending(self, request_id: RequestId | None) -> bool:
         return request_id in self._questions or request_id in self._requests
@@ -1012,17 +1024,17 @@ class Connection:
         # A snapshot: a rule may close registrations (its own too) while it runs.
         self._route(message, frame, size, request, tuple(stack or ()), started)
 
-    def _routed_at_once(self, message: Request, frame: bytes) -> bool:
+    def _routed_at_once(self, whole: _WholePermissionRequest, frame: bytes) -> bool:
         """Route in one step what most requests need: a request (decoded with its
         envelope) goes to its session's latest registration, when none of the
         general path's checks applies (no registration, telemetry, closing, an id
         in use, the bound on pending requests). ``False``, having done nothing,
         when one does."""
-        request = cast(PermissionRequest, message.decoded)
+        request = whole.params
         stack = self._stacks.get(request.session_id)
         if stack is None or self._telemetry is not None or self.closed_reason is not None:
             return False
-        request_id = message.id
+        request_id = whole.id
         questions, requests = self._questions, self._requests
         if (
             request_id in questions
@@ -1036,14 +1048,14 @@ class Connection:
             session_id = request.session_id = top.session_id
         handler = top.handler
         if type(handler) is not Rule:
-            size = self._admitted(message, frame, None)
+            size = self._admitted(_request_of(whole), frame, None)
             if size is not None:
                 self._pend(request_id, request, top, size)
             return True
         registrations = tuple(stack)  # the snapshot the rule may change
         decision = self._run_rule(handler, request, request.options)
         if decision is None:
-            self._route(message, frame, None, request, registrations[:-1], 0.0)
+            self._route(_request_of(whole), frame, None, request, registrations[:-1], 0.0)
             return True
         self.tool_calls.fold_answered(session_id, request.tool_call)
         try:

@@ -30,6 +30,7 @@ from permclient import (
     rule,
 )
 from permclient._connection import (
+    METHOD_WITHIN,
     Closed,
     Connection,
     ResponseReceived,
@@ -469,6 +470,27 @@ def test_a_pending_question_holds_its_tool_input_but_not_the_message_it_came_in(
     assert questions[0].request.tool_call.raw_input == {"command": ["ls", "-l"]}
     questions[0].select("allow")
     assert peer.wire() == [answer(1, selected("allow"))]
+    peer.assert_idle()
+
+
+def test_a_bug_of_ours_while_a_rule_answers_still_answers_the_request_once(
+    peer: Peer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    peer.conn.add_permission_handler("s-1", rule(lambda request: Selected("allow")), None)
+
+    def broken(*args: object) -> None:
+        raise RuntimeError("tracker bug")
+
+    monkeypatch.setattr(peer.conn.tool_calls, "fold_answered", broken)
+    with caplog.at_level(logging.ERROR, logger="permclient"):
+        peer.send(ask(1))
+    assert "internal error while dispatching" in caplog.text
+    assert peer.wire() == [
+        {"jsonrpc": "2.0", "id": 1, "error": {"code": -32603, "message": "internal error"}}
+    ]
+    monkeypatch.undo()
+    peer.send(ask(2))  # the connection goes on
+    assert peer.wire() == [answer(2, selected("allow"))]
     peer.assert_idle()
 
 
@@ -1233,11 +1255,27 @@ def test_a_permission_request_decoded_in_one_pass_is_what_the_long_way_decodes(
     if fast is None:
         # The long way classifies it (and says what is wrong with it): it is not a
         # well-formed permission request, or not one the shortcut takes.
-        assert not frame.isascii() or not _well_formed_permission_request(slow)
+        assert (
+            not frame.isascii()
+            or frame.find(b'"session/request_permission"', 0, METHOD_WITHIN) < 0
+            or not _well_formed_permission_request(slow)
+        )
         return
     assert type(slow) is Request
     assert (fast.id, fast.method) == (slow.id, slow.method)
-    assert fast.decoded == permission_request_decoder.decode(slow.params)
+    assert fast.params == permission_request_decoder.decode(slow.params)
+
+
+def test_a_method_named_late_takes_the_long_way_to_the_same_answer() -> None:
+    peer = Peer("acp")
+    peer.conn.add_permission_handler("s-1", rule(lambda request: Selected("allow")), None)
+    late = ask(1)
+    late["id"] = "x" * METHOD_WITHIN  # an id long enough to push the method past it
+    frame = msgspec.json.encode(late)
+    assert parse_permission_request(frame) is None
+    peer.send(late)
+    assert peer.wire() == [answer("x" * METHOD_WITHIN, selected("allow"))]
+    peer.assert_idle()
 
 
 def _well_formed_permission_request(message: Any) -> bool:
