@@ -382,7 +382,7 @@ def main() -> int:
         default=None,
         metavar="MIB",
         help="open_client(max_pending_bytes=...), in MiB: the cap on what pending requests "
-        "take, as the client estimates it (an upper bound: ~6 KB for this bench's realistic "
+        "take, as the client estimates it (an upper bound: ~4 KB for this bench's realistic "
         "request, which holds ~1.2 KB); default: the client's 128 MiB, or 8 KiB per "
         "--max-pending request if that is more",
     )

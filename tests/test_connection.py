@@ -31,6 +31,7 @@ from permclient import (
 )
 from permclient._connection import (
     METHOD_WITHIN,
+    PERMISSION_METHOD,
     Closed,
     Connection,
     ResponseReceived,
@@ -38,11 +39,12 @@ from permclient._connection import (
     StartRequestHandler,
     Stopped,
     _permission_answer,
+    _plain_cost,
     parse_permission_request,
 )
 from permclient._handlers import Question
-from permclient._messages import Request, encode_result, parse_message
-from permclient._wire import PermissionResponse, permission_request_decoder
+from permclient._messages import VALUE_COST, Request, encode_result, json_cost, parse_message
+from permclient._wire import PermissionResponse, own_raw_json, permission_request_decoder
 from permclient.framing import ContentLengthFramer, NewlineFramer
 
 FRAMERS: dict[str, type[ContentLengthFramer] | type[NewlineFramer]] = {
@@ -1300,6 +1302,95 @@ def test_the_one_pass_decode_leaves_large_and_non_ascii_frames_to_the_long_way()
     assert parse_permission_request(msgspec.json.encode({**message, "params": params})) is None
     params["toolCall"]["title"] = "e"  # type: ignore[index]
     assert parse_permission_request(msgspec.json.encode({**message, "params": params}))
+
+
+_ASCII = st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=127), max_size=40)
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | _ASCII,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_ASCII, inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@st.composite
+def _plain_requests(draw: st.DrawFn) -> dict[str, Any]:
+    """Permission requests with no content blocks and no ``_meta``, in ASCII."""
+    tool_call: dict[str, Any] = {"toolCallId": draw(_ASCII.filter(bool))}
+    for key, values in (
+        ("title", _ASCII),
+        ("kind", st.sampled_from(["read", "edit", "execute", "other"])),
+        ("status", st.sampled_from(["pending", "in_progress"])),
+        ("rawInput", _JSON_VALUES),
+        ("rawOutput", _JSON_VALUES),
+        (
+            "locations",
+            st.lists(
+                st.fixed_dictionaries(
+                    {"path": _ASCII}, optional={"line": st.integers(0, 2**32 - 1)}
+                ),
+                max_size=8,
+            ),
+        ),
+    ):
+        if draw(st.booleans()):
+            tool_call[key] = draw(values)
+    option_ids = draw(st.lists(_ASCII.filter(bool), min_size=1, max_size=8, unique=True))
+    options = [
+        {"optionId": option_id, "name": draw(_ASCII), "kind": "allow_once"}
+        for option_id in option_ids
+    ]
+    request_id = draw(st.integers(0, 2**63) | _ASCII)
+    params = {"sessionId": draw(_ASCII.filter(bool)), "toolCall": tool_call, "options": options}
+    return {"jsonrpc": "2.0", "id": request_id, "method": PERMISSION_METHOD, "params": params}
+
+
+@settings(max_examples=300, deadline=None)
+@given(message=_plain_requests())
+def test_a_plain_request_costs_at_least_what_it_takes_decoded(message: dict[str, Any]) -> None:
+    frame = msgspec.json.encode(message)
+    assert frame.isascii()
+    whole = parse_permission_request(frame)
+    assert whole is not None
+    cost = _plain_cost(whole, frame)
+    assert cost is not None
+    del whole
+    tracemalloc.start()
+    try:
+        whole = parse_permission_request(frame)
+        assert whole is not None
+        request_id, request = whole.id, whole.params  # what a pending question holds
+        own_raw_json(request.tool_call)
+        del whole
+        taken = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert request.session_id and request_id is not None
+    assert taken <= cost <= json_cost(frame) + 4 * VALUE_COST
+
+
+@pytest.mark.parametrize(
+    "where",
+    ["params", "toolCall", "option", "location", "content"],
+)
+def test_a_request_with_meta_or_content_is_costed_by_its_bytes(where: str) -> None:
+    message = ask(1, toolCall={"toolCallId": "c", "locations": [{"path": "/a"}]})
+    params = message["params"]
+    meta = {"_meta": {"k": [1, 2, 3]}}
+    target = {
+        "params": params,
+        "toolCall": params["toolCall"],
+        "option": params["options"][0],
+        "location": params["toolCall"]["locations"][0],
+    }.get(where)
+    if target is None:
+        params["toolCall"]["content"] = [
+            {"type": "content", "content": {"type": "text", "text": "x"}}
+        ]
+    else:
+        target.update(meta)
+    frame = msgspec.json.encode(message)
+    whole = parse_permission_request(frame)
+    assert whole is not None and _plain_cost(whole, frame) is None
 
 
 # ------------------------------------------------- the same output, however split
