@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, Final, TypeAlias, TypeVar, cast, overload
+from typing import Any, Final, TypeAlias, TypeVar, overload
 
 import msgspec
 import trio
@@ -44,7 +44,7 @@ from ._connection import (
 )
 from ._errors import RemoteProtocolError, RequestError
 from ._handlers import AsyncHandler, PermissionHandler, Question
-from ._inline import UNANSWERED, Relay, awaitable, start
+from ._inline import UNANSWERED, awaitable, start
 from ._messages import DECODE_ERRORS, RequestId
 from ._telemetry import RunsInBackground, Telemetry
 from ._tracker import ToolCallTracker
@@ -584,7 +584,7 @@ class Client:
                             finished, outcome = start(
                                 handler, question.request, self._context.copy()
                             )
-                            answer = outcome if finished else await cast(Relay, outcome)
+                            answer = outcome if finished else await outcome
                     except BaseException as exc:
                         question._on_settled = None  # the handler is over
                         conn.answer(question, _CANCELLED)

@@ -1204,12 +1204,12 @@ class Connection:
         """The exactly-once point: forget ``question``; its withdraw callbacks."""
         del self._questions[question._request_id]
         self._pending_bytes -= question._size
-        shared = cast(_SharedOptions | None, question._shared)
+        shared = question._shared
         if shared is not None:
             shared.uses -= 1
             if not shared.uses:
                 del self._options_in_use[shared.options]
-        registration = cast(PermissionRegistration, question._registration)
+        registration = question._registration
         registration.pending.pop(question, None)
         if question.deadline is not None and not registration.pending:
             self._timed.discard(registration)  # nothing of it left to time

@@ -15,7 +15,7 @@ from ._messages import RequestId
 from ._wire import Cancelled, Decision, PermissionOption, PermissionRequest, Selected
 
 if TYPE_CHECKING:
-    from ._connection import Connection
+    from ._connection import Connection, PermissionRegistration, _SharedOptions
 
 log = logging.getLogger("permclient")
 
@@ -122,8 +122,8 @@ class Question:
         request_id: RequestId | None,
         request: PermissionRequest,
         started: float,
-        registration: object,
-        shared: object,
+        registration: PermissionRegistration,
+        shared: _SharedOptions | None,
         size: int,
     ) -> None:
         self._connection: Connection | None = connection  # None once answered

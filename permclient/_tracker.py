@@ -215,7 +215,7 @@ class ToolCallTracker:
         status, content of an unknown type) still moves the status, and keeps
         whichever of its other parts read on their own.
         """
-        if isinstance(update, ToolCallStarted | ToolCallProgress):
+        if isinstance(update, (ToolCallStarted, ToolCallProgress)):  # (a tuple: no union made)
             if not update.tool_call_id:
                 return None
             state = self._state(session_id, update.tool_call_id)
