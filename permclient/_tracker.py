@@ -296,10 +296,14 @@ class ToolCallTracker:
     def begin_approval(self, session_id: str, update: ToolCallUpdate) -> None:
         """Fold the request's tool call and mark it awaiting approval."""
         calls = self._calls.get(session_id)
-        if calls is None or update.tool_call_id not in calls:
-            self._make_room(session_id)
-            self._calls[session_id][update.tool_call_id] = update
-            self._awaiting[session_id] = self._awaiting.get(session_id, 0) + 1
+        tool_call_id = update.tool_call_id
+        if calls is None or tool_call_id not in calls:
+            awaiting = self._awaiting.get(session_id, 0)
+            if calls is None or len(calls) - awaiting >= self._max_per_session:
+                self._make_room(session_id)  # (the common case, room left, checked inline)
+                calls = self._calls[session_id]
+            calls[tool_call_id] = update
+            self._awaiting[session_id] = awaiting + 1
             return
         state = self.apply_update(session_id, update)
         if state._approvals == 0:
@@ -329,10 +333,13 @@ class ToolCallTracker:
             self._awaiting[session_id] = left
         else:
             del self._awaiting[session_id]
-        if not isinstance(state, ToolCallState) or not state._announced:
-            # Known only through its permission requests, all answered now:
-            # no update will ever move it, so there is nothing left to track.
+        if not isinstance(state, ToolCallState):
+            # Known only through its permission request, answered now: no update
+            # will ever move it, so there is nothing left to track.
             assert calls is not None
+            del calls[tool_call_id]  # (a request's own update: never counted)
+        elif not state._announced:
+            assert calls is not None  # (the same, for a state its requests made)
             self._uncount(calls.pop(tool_call_id))
 
     def _state(self, session_id: str, tool_call_id: str) -> ToolCallState:
