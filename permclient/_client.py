@@ -552,6 +552,7 @@ class Client:
         fresh = False  # whether this step runs in a context no handler has used yet
         while True:
             scope = _HandlerScope(self)
+            cancel = scope.cancel
             with scope.scope:
                 while not scope.cancelled:
                     if not jobs:
@@ -568,11 +569,11 @@ class Client:
                         continue
                     question, handler = jobs.popleft()
                     self._taken += 1
-                    if question.done:
+                    if question._connection is None:  # (done)
                         continue  # withdrawn before its handler ran: no card for it
                     # However the question is settled (withdrawn, or answered by
                     # another view), the handler's answer is no longer wanted.
-                    question._on_settled = scope.cancel
+                    question._on_settled = cancel
                     answer: object = UNANSWERED
                     try:
                         if fresh:
