@@ -1021,9 +1021,21 @@ class Connection:
         if self.closed_reason is not None:  # the telemetry sink stopped the client
             self._queue(_permission_answer(request_id, _CANCELLED))
             return
+        if size is not None:  # a large frame: what a rule keeps must not hold all of it
+            own_raw_json(request.tool_call)
         started = self._clock() if telemetry else 0.0
         # A snapshot: a rule may close registrations (its own too) while it runs.
-        self._route(message, frame, size, request, tuple(stack or ()), started)
+        registrations = tuple(stack or ())
+        self._route(
+            message,
+            frame,
+            size,
+            request,
+            request.session_id,
+            request.options,
+            registrations,
+            started,
+        )
 
     def _routed_at_once(self, whole: _WholePermissionRequest, frame: bytes) -> bool:
         """Route in one step what most requests need: a request (decoded with its
@@ -1048,17 +1060,27 @@ class Connection:
         if top.session_id == session_id:  # shared when equal (see _on_permission_request)
             session_id = request.session_id = top.session_id
         handler = top.handler
+        offered = request.options  # what the answer is checked against, whatever a rule does
         if type(handler) is not Rule:
             size = _plain_cost(whole, frame)
             if size is None or self._over_budget(size) is not None:
                 size = self._admitted(_request_of(whole), frame, None)  # (refused if over)
             if size is not None:
-                self._pend(request_id, request, top, size)
+                self._pend(request_id, request, session_id, offered, top, size)
             return True
         registrations = tuple(stack)  # the snapshot the rule may change
-        decision = self._run_rule(handler, request, request.options)
+        decision = self._run_rule(handler, request, offered)
         if decision is None:
-            self._route(_request_of(whole), frame, None, request, registrations[:-1], 0.0)
+            self._route(
+                _request_of(whole),
+                frame,
+                None,
+                request,
+                session_id,
+                offered,
+                registrations[:-1],
+                0.0,
+            )
             return True
         self.tool_calls.fold_answered(session_id, request.tool_call)
         try:
@@ -1075,13 +1097,18 @@ class Connection:
         frame: bytes,
         size: int | None,
         request: PermissionRequest,
+        session_id: str,
+        offered: tuple[PermissionOption, ...],
         registrations: tuple[PermissionRegistration, ...],
         started: float,
     ) -> None:
         """Ask ``registrations`` from the latest down: rules until one decides, or
-        the first other handler gets the question; none left answers cancelled."""
-        request_id, session_id = message.id, request.session_id
-        offered = request.options  # a tuple of frozen options: what the answer is checked against
+        the first other handler gets the question; none left answers cancelled.
+
+        ``session_id`` and ``offered`` are the request's as it arrived: what it is
+        routed and its answer checked by, whatever a rule that passed did to it.
+        """
+        request_id = message.id
         for registration in reversed(registrations):
             if registration.removed:
                 continue
@@ -1093,9 +1120,12 @@ class Connection:
                 self.tool_calls.fold_answered(session_id, request.tool_call)
                 self._send_answer(request_id, session_id, decision, started)
                 return
+            if self.closed_reason is not None:  # closed by a rule that passed
+                self._queue(_permission_answer(request_id, _CANCELLED))
+                return
             size = self._admitted(message, frame, size)
             if size is not None:
-                self._pend(request_id, request, registration, size)
+                self._pend(request_id, request, session_id, offered, registration, size)
             return
         log.warning(
             "no handler for session %s: permission %s answered cancelled",
@@ -1121,14 +1151,20 @@ class Connection:
         self,
         request_id: RequestId | None,
         request: PermissionRequest,
+        session_id: str,
+        offered: tuple[PermissionOption, ...],
         registration: PermissionRegistration,
         size: int,
     ) -> None:
+        """Hold the question for ``registration``'s handler. The request gets back
+        the ``session_id`` and ``offered`` options it arrived with (a rule that
+        passed may have changed them): the question is routed, checked and shown
+        by those."""
         timeout = registration.timeout
         started = self._clock() if self._telemetry is not None or timeout is not None else 0.0
-        shared = self._share_options(request.options)
-        if shared is not None:
-            request.options = shared.options
+        shared = self._share_options(offered)
+        request.options = offered if shared is None else shared.options
+        request.session_id = session_id
         own_raw_json(request.tool_call)
         question = Question(self, request_id, request, started, registration, shared, size)
         self._pending_bytes += size
@@ -1393,9 +1429,12 @@ _LOCATION_OBJECTS: Final = 1 + 3
 def _plain_cost(whole: _WholePermissionRequest, frame: bytes) -> int | None:
     """What a pending permission request with no content blocks and no ``_meta``
     can take once decoded, counted from its shape rather than its bytes (in a
-    tenth of the time): its text once (the frame is ASCII, and decoding never
-    lengthens it) and VALUE_COST for each object that holds it. ``None`` for any
-    other request: :func:`_cost` counts those."""
+    tenth of the time): its text once (the frame is ASCII with no backslash-u
+    escape, so a decoded str takes a byte a character, no more than its JSON)
+    and VALUE_COST for each object that holds it. ``None`` for any other
+    request: :func:`_cost` counts those."""
+    if 0x5C in frame and b"\\u" in frame:  # (0x5C: a backslash) may decode wider
+        return None
     request = whole.params
     tool_call = request.tool_call
     if request.meta is not None or tool_call.meta is not None or tool_call.content is not None:

@@ -289,9 +289,11 @@ class ToolCallUpdate(msgspec.Struct, rename="camel", omit_defaults=True, gc=Fals
     decoded on access by :attr:`raw_input` / :attr:`raw_output`: most requests are
     answered without anyone looking at them, and undecoded they cost a third of
     the memory. To build one, pass ``raw_input_json=msgspec.Raw(msgspec.json.encode(x))``.
-    Decoded with msgspec, they are views of the input (which they keep alive, and
-    which must not change while they are held): the client copies them out of the
-    message for every tool call it keeps, as :meth:`PermissionRequest.from_json` does.
+    Decoded inside a permission request with msgspec, they are views of the input
+    (which they keep alive, and which must not change while they are held): the
+    client copies them out of the message for every question it keeps pending, and
+    :meth:`PermissionRequest.from_json` copies them; the session update variants
+    (:class:`ToolCallStarted`, :class:`ToolCallProgress`) copy them when decoded.
     """
 
     tool_call_id: str
@@ -481,9 +483,15 @@ class AgentThoughtChunk(_SessionUpdateBase, tag="agent_thought_chunk"):
 class ToolCallStarted(ToolCallUpdate, tag="tool_call", tag_field="sessionUpdate"):
     """A new tool call (``tool_call``): the fields of :class:`ToolCallUpdate`."""
 
+    def __post_init__(self) -> None:
+        own_raw_json(self)  # an update is kept (callbacks, a log): never a view of its message
+
 
 class ToolCallProgress(ToolCallUpdate, tag="tool_call_update", tag_field="sessionUpdate"):
     """News of a tool call (``tool_call_update``): only the fields that changed."""
+
+    def __post_init__(self) -> None:
+        own_raw_json(self)  # (as ToolCallStarted)
 
 
 class PlanEntry(msgspec.Struct, rename="camel", omit_defaults=True):

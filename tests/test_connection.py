@@ -9,6 +9,7 @@ frame after them; the wire output must be the same each way.
 
 from __future__ import annotations
 
+import json
 import logging
 import tracemalloc
 from typing import Any
@@ -23,6 +24,8 @@ from permclient import (
     ConnectionClosed,
     InboundNotification,
     LocalProtocolError,
+    MemoryTelemetry,
+    PermissionOption,
     PermissionRequest,
     RequestError,
     Selected,
@@ -38,6 +41,7 @@ from permclient._connection import (
     StartPermissionHandlers,
     StartRequestHandler,
     Stopped,
+    _cost,
     _permission_answer,
     _plain_cost,
     parse_permission_request,
@@ -1305,9 +1309,11 @@ def test_the_one_pass_decode_leaves_large_and_non_ascii_frames_to_the_long_way()
 
 
 _ASCII = st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=127), max_size=40)
+# Any text: in an ASCII frame, what is beyond ASCII comes as backslash-u escapes.
+_TEXT = _ASCII | st.text(max_size=40)
 _JSON_VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers() | _ASCII,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_ASCII, inner, max_size=4),
+    st.none() | st.booleans() | st.integers() | _TEXT,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_TEXT, inner, max_size=4),
     max_leaves=20,
 )
 
@@ -1317,7 +1323,7 @@ def _plain_requests(draw: st.DrawFn) -> dict[str, Any]:
     """Permission requests with no content blocks and no ``_meta``, in ASCII."""
     tool_call: dict[str, Any] = {"toolCallId": draw(_ASCII.filter(bool))}
     for key, values in (
-        ("title", _ASCII),
+        ("title", _TEXT),
         ("kind", st.sampled_from(["read", "edit", "execute", "other"])),
         ("status", st.sampled_from(["pending", "in_progress"])),
         ("rawInput", _JSON_VALUES),
@@ -1326,7 +1332,7 @@ def _plain_requests(draw: st.DrawFn) -> dict[str, Any]:
             "locations",
             st.lists(
                 st.fixed_dictionaries(
-                    {"path": _ASCII}, optional={"line": st.integers(0, 2**32 - 1)}
+                    {"path": _TEXT}, optional={"line": st.integers(0, 2**32 - 1)}
                 ),
                 max_size=8,
             ),
@@ -1336,7 +1342,7 @@ def _plain_requests(draw: st.DrawFn) -> dict[str, Any]:
             tool_call[key] = draw(values)
     option_ids = draw(st.lists(_ASCII.filter(bool), min_size=1, max_size=8, unique=True))
     options = [
-        {"optionId": option_id, "name": draw(_ASCII), "kind": "allow_once"}
+        {"optionId": option_id, "name": draw(_TEXT), "kind": "allow_once"}
         for option_id in option_ids
     ]
     request_id = draw(st.integers(0, 2**63) | _ASCII)
@@ -1347,12 +1353,15 @@ def _plain_requests(draw: st.DrawFn) -> dict[str, Any]:
 @settings(max_examples=300, deadline=None)
 @given(message=_plain_requests())
 def test_a_plain_request_costs_at_least_what_it_takes_decoded(message: dict[str, Any]) -> None:
-    frame = msgspec.json.encode(message)
-    assert frame.isascii()
+    """What a pending request counts against ``max_pending_bytes`` (from its shape,
+    or from its bytes once escapes may widen its text) is never below what it holds."""
+    frame = json.dumps(message, ensure_ascii=True, separators=(",", ":")).encode()
     whole = parse_permission_request(frame)
     assert whole is not None
     cost = _plain_cost(whole, frame)
-    assert cost is not None
+    if cost is None:
+        assert b"\\u" in frame  # (no content blocks, no _meta: only escapes say no)
+        cost = _cost(Request(whole.id, PERMISSION_METHOD, msgspec.Raw(), None), frame)
     del whole
     tracemalloc.start()
     try:
@@ -1366,6 +1375,66 @@ def test_a_plain_request_costs_at_least_what_it_takes_decoded(message: dict[str,
         tracemalloc.stop()
     assert request.session_id and request_id is not None
     assert taken <= cost <= json_cost(frame) + 4 * VALUE_COST
+    if b"\\u" not in frame:
+        assert cost == _plain_cost(parse_permission_request(frame), frame)  # type: ignore[arg-type]
+
+
+def test_an_escape_that_widens_the_text_is_costed_by_the_bytes() -> None:
+    """A backslash-u escape makes a whole str 2 or 4 bytes a character: the shape's
+    count would be 2 to 4 times too low, so the frame's bytes are counted."""
+    message = ask(1, toolCall={"toolCallId": "c", "title": "a" * 5000 + "\U0001f600"})
+    frame = json.dumps(message, ensure_ascii=True).encode()
+    whole = parse_permission_request(frame)
+    assert whole is not None and _plain_cost(whole, frame) is None
+    peer = Peer("acp", max_pending_bytes=10_000)
+    peer.conn.add_permission_handler("s-1", holding([]), None)
+    peer.send_raw(frame + b"\n")
+    assert peer.wire() == [answer(1, CANCELLED)]  # 4 x 5000 bytes of text: over the budget
+
+
+@pytest.mark.parametrize("telemetry", [False, True], ids=["one step", "general path"])
+def test_a_passing_rule_that_rewrites_the_request_changes_neither_its_check_nor_its_session(
+    telemetry: bool,
+) -> None:
+    """A rule that passes after changing the request's options or session: the rules
+    and handlers below are checked and routed by the request as it arrived."""
+    peer = Peer("acp", telemetry=MemoryTelemetry() if telemetry else None)
+    questions: list[Question] = []
+    peer.conn.add_permission_handler("s-1", holding(questions), None)
+    peer.conn.add_permission_handler("s-1", rule(lambda request: Selected("yolo")), None)
+
+    def meddle(request: PermissionRequest) -> None:
+        if request.tool_call.tool_call_id == "call-2":
+            request.options = (PermissionOption("yolo", "Yolo", "allow_always"),)
+            request.session_id = "s-2"
+        return None
+
+    peer.conn.add_permission_handler("s-1", rule(meddle), None)
+    peer.send(ask(1))  # the rule below answers "yolo", which was never offered
+    assert peer.wire() == [answer(1, CANCELLED)]
+    peer.conn.remove_permission_handler(peer.conn._stacks["s-1"][1])  # the "yolo" rule
+    peer.send(ask(2, tool_call_id="call-2"))
+    (question,) = questions
+    assert question.session_id == question.request.session_id == "s-1"
+    assert [option.option_id for option in question.request.options] == ["allow", "deny"]
+    question.select("yolo")
+    assert peer.wire() == [answer(2, CANCELLED)]
+    peer.assert_idle()
+
+
+def test_a_rule_that_closes_the_connection_and_passes_leaves_nothing_waiting() -> None:
+    peer = Peer("acp")
+    questions: list[Question] = []
+    peer.conn.add_permission_handler("s-1", holding(questions), None)
+
+    def close_and_pass(request: PermissionRequest) -> None:
+        peer.conn.close("closed by a rule")
+
+    peer.conn.add_permission_handler("s-1", rule(close_and_pass), None)
+    peer.send(ask(1))
+    assert questions == []
+    assert peer.wire() == [answer(1, CANCELLED)]
+    peer.assert_idle()
 
 
 @pytest.mark.parametrize(

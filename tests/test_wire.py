@@ -752,3 +752,21 @@ def test_raw_input_that_is_not_json_fails_closed() -> None:
 def test_each_exported_literal_type_is_exactly_the_schemas_enum(alias: Any, def_name: str) -> None:
     consts = {variant["const"] for variant in _schema_defs()[def_name]["oneOf"]}
     assert set(get_args(alias)) == consts
+
+
+@pytest.mark.parametrize("kind", ["tool_call", "tool_call_update"])
+def test_a_decoded_tool_call_update_holds_nothing_of_the_callers_buffer(kind: str) -> None:
+    """Session updates are kept (callbacks, logs): their raw JSON is their own, so a
+    caller that reuses its buffer changes nothing in them."""
+    from permclient._wire import decode_session_update
+
+    buffer = bytearray(
+        b'{"sessionId":"s","update":{"sessionUpdate":"%b","toolCallId":"c",'
+        b'"rawInput":{"cmd":"ls"},"rawOutput":["ok"]}}' % kind.encode()
+    )
+    _, update = decode_session_update(buffer)
+    buffer[buffer.index(b"ls") : buffer.index(b"ls") + 2] = b"rm"
+    buffer[buffer.index(b"ok") : buffer.index(b"ok") + 2] = b"no"
+    buffer.extend(b" ")  # (a live export of the buffer could not grow)
+    assert update.raw_input == {"cmd": "ls"}  # type: ignore[union-attr]
+    assert update.raw_output == ["ok"]  # type: ignore[union-attr]
