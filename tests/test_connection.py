@@ -1422,6 +1422,35 @@ def test_a_passing_rule_that_rewrites_the_request_changes_neither_its_check_nor_
     peer.assert_idle()
 
 
+def test_a_rule_that_keeps_a_large_request_keeps_its_tool_input_not_the_message() -> None:
+    """Past 64 KiB a message's raw JSON is copied out before any rule sees it: an
+    audit rule that keeps requests keeps what they hold, not megabytes of message."""
+    peer = Peer("acp")
+    kept: list[PermissionRequest] = []
+
+    def keep(request: PermissionRequest) -> Selected:
+        kept.append(request)
+        return Selected("allow")
+
+    peer.conn.add_permission_handler("s-1", rule(keep), None)
+    tool_call = {"toolCallId": "call-1", "rawInput": {"command": ["ls", "-l"]}}
+    body = msgspec.json.encode(ask(1, toolCall=tool_call))
+    padding = 4 * 1024 * 1024
+    frame = NewlineFramer.encode(body[:-1] + b" " * padding + b"}")
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        peer.send_raw(frame)
+        del frame
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held < padding // 4, f"{held} bytes held after a {padding}-byte message"
+    assert kept[0].tool_call.raw_input == {"command": ["ls", "-l"]}
+    assert peer.wire() == [answer(1, selected("allow"))]
+    peer.assert_idle()
+
+
 def test_a_rule_that_closes_the_connection_and_passes_leaves_nothing_waiting() -> None:
     peer = Peer("acp")
     questions: list[Question] = []
