@@ -1496,6 +1496,28 @@ async def test_answers_to_a_pipe_the_peer_is_slow_to_read_arrive_whole_and_in_or
                 await assert_nothing_more(peer)
 
 
+@pytest.mark.skipif(not hasattr(fcntl, "F_SETPIPE_SZ"), reason="needs Linux pipes")
+async def test_answers_another_task_gives_over_a_slow_pipe_arrive_whole_and_in_order() -> None:
+    # The writer writes what a pipe takes at once itself, and leaves the rest of a
+    # batch to send_all, which waits for room: nothing is lost or reordered.
+    async with pipes(capacity=4096) as (ours, theirs):
+        peer = FakePeer(theirs, "acp")
+        questions: list[permclient.Question] = []
+        async with permclient.open_client(ours, dialect="acp") as client:
+            with client.permission_handler("s", permclient.deferred(questions.append)):
+                for n in range(400):
+                    await peer.ask_permission("s", request_id=n)
+                await trio.testing.wait_all_tasks_blocked()
+                assert len(questions) == 400
+                for question in questions:  # ~36 KB of answers at once: a full pipe
+                    assert question.select("allow")
+                with trio.fail_after(10):  # (an answer lost would leave the peer waiting)
+                    answers = [await peer.receive() for _ in range(400)]
+                assert [answer["id"] for answer in answers] == list(range(400))
+                assert all(answer["result"] == selected("allow") for answer in answers)
+                await assert_nothing_more(peer)
+
+
 async def test_a_reader_write_to_a_pipe_nobody_reads_closes_the_connection() -> None:
     async with pipes() as (ours, theirs):
         peer = FakePeer(theirs, "acp")
