@@ -45,6 +45,7 @@ from ._messages import (
     ErrorCode,
     ErrorResponse,
     InvalidMessage,
+    Message,
     Notification,
     Request,
     RequestId,
@@ -53,6 +54,7 @@ from ._messages import (
     encode_notification,
     encode_request,
     encode_result,
+    has_unicode_escape,
     json_cost,
     parse_message,
     str_cost,
@@ -530,14 +532,13 @@ class Connection:
         self.close("the peer closed the connection")
 
     def _dispatch(self, frame: bytes) -> None:
-        owed: Request | _WholePermissionRequest | None = None  # a request, to answer
+        whole: _WholePermissionRequest | None = None
+        message: Message | None = None
         try:
-            whole = owed = parse_permission_request(frame)
+            whole = parse_permission_request(frame)
             if whole is not None and self._routed_at_once(whole, frame):
                 return
             message = parse_message(frame) if whole is None else _request_of(whole)
-            if isinstance(message, Request):
-                owed = message
             if self.closed_reason is not None and not isinstance(message, Request | InvalidMessage):
                 return  # closed by host code earlier in this read: only requests are owed
             if isinstance(message, Request):
@@ -553,6 +554,7 @@ class Connection:
         except Exception:
             # A bug of ours must not take the connection down with it.
             log.exception("internal error while dispatching a message")
+            owed = message if isinstance(message, Request) else whole  # a request, to answer
             if owed is not None and not self._is_pending(owed.id):
                 self._queue(encode_error(owed.id, ErrorCode.INTERNAL_ERROR, "internal error"))
 
@@ -1083,12 +1085,7 @@ class Connection:
             )
             return True
         self.tool_calls.fold_answered(session_id, request.tool_call)
-        try:
-            body = _permission_answer(request_id, decision)
-        except LocalProtocolError:
-            self._send_answer(request_id, session_id, decision, 0.0)  # says why, answers cancelled
-            return True
-        self._queue(body)
+        self._send_answer(request_id, session_id, decision, 0.0)
         return True
 
     def _route(
@@ -1433,7 +1430,7 @@ def _plain_cost(whole: _WholePermissionRequest, frame: bytes) -> int | None:
     escape, so a decoded str takes a byte a character, no more than its JSON)
     and VALUE_COST for each object that holds it. ``None`` for any other
     request: :func:`_cost` counts those."""
-    if 0x5C in frame and b"\\u" in frame:  # (0x5C: a backslash) may decode wider
+    if has_unicode_escape(frame):  # may decode wider
         return None
     request = whole.params
     tool_call = request.tool_call

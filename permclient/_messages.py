@@ -134,10 +134,16 @@ def json_cost(raw: bytes) -> int:
     if not raw:
         return 0
     width = 1
-    if not raw.isascii() or (0x5C in raw and b"\\u" in raw):  # (0x5C: a backslash)
+    if not raw.isascii() or has_unicode_escape(raw):
         width = 4 if _ASTRAL.search(raw) else 2
     values = 1 + len(raw.translate(None, _NOT_STRUCTURE))
     return len(raw) * width + VALUE_COST * values
+
+
+def has_unicode_escape(raw: bytes) -> bool:
+    """Whether JSON ``raw`` may hold a backslash-u escape: text that decodes wider
+    than its ASCII bytes (a str is 2 bytes a character past Latin-1, 4 past the BMP)."""
+    return 0x5C in raw and b"\\u" in raw  # (0x5C, a backslash: a memchr first)
 
 
 def str_cost(text: str) -> int:

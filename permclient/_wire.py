@@ -319,9 +319,10 @@ class ToolCallUpdate(msgspec.Struct, rename="camel", omit_defaults=True, gc=Fals
 
 def own_raw_json(update: ToolCallUpdate) -> None:
     """Give ``update``'s ``rawInput``/``rawOutput`` bytes of their own: decoded, they
-    are views that keep the whole message they came in alive. The client calls it
-    for each tool call it keeps (a pending question's); not copying on decode
-    spares the copy for the requests a rule answers at once."""
+    are views that keep the whole message they came in alive. Called for what is
+    kept (a pending question's tool call, a session update, ``from_json``'s
+    result, a large message's); not copying on decode spares the copy for the
+    requests a rule answers at once."""
     if update.raw_input_json:
         update.raw_input_json = update.raw_input_json.copy()
     if update.raw_output_json:

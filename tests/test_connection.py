@@ -452,6 +452,22 @@ def test_a_passing_rule_that_changes_the_stack_passes_the_question_to_what_was_u
     peer.assert_idle()
 
 
+def bytes_held_after_a_padded_request(peer: Peer, padding: int) -> int:
+    """Send request 1 (``rawInput`` ``{"command": ["ls", "-l"]}``) padded with
+    ``padding`` blanks; what stays allocated once it is handled (tracemalloc)."""
+    tool_call = {"toolCallId": "call-1", "rawInput": {"command": ["ls", "-l"]}}
+    body = msgspec.json.encode(ask(1, toolCall=tool_call))
+    frame = peer.framer_type.encode(body[:-1] + b" " * padding + b"}")
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        peer.send_raw(frame)
+        del frame
+        return tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+
+
 @pytest.mark.parametrize("padding", [48 * 1024, 4 * 1024 * 1024], ids=["small", "large"])
 def test_a_pending_question_holds_its_tool_input_but_not_the_message_it_came_in(
     dialect: str, padding: int
@@ -461,17 +477,7 @@ def test_a_pending_question_holds_its_tool_input_but_not_the_message_it_came_in(
     peer = Peer(dialect)
     questions: list[Question] = []
     peer.conn.add_permission_handler("s-1", holding(questions), None)
-    tool_call = {"toolCallId": "call-1", "rawInput": {"command": ["ls", "-l"]}}
-    body = msgspec.json.encode(ask(1, toolCall=tool_call))
-    frame = peer.framer_type.encode(body[:-1] + b" " * padding + b"}")
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        peer.send_raw(frame)
-        del frame
-        held = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
+    held = bytes_held_after_a_padded_request(peer, padding)
     assert held < padding // 4, f"{held} bytes held after a {padding}-byte message"
     assert questions[0].request.tool_call.raw_input == {"command": ["ls", "-l"]}
     questions[0].select("allow")
@@ -1433,18 +1439,8 @@ def test_a_rule_that_keeps_a_large_request_keeps_its_tool_input_not_the_message(
         return Selected("allow")
 
     peer.conn.add_permission_handler("s-1", rule(keep), None)
-    tool_call = {"toolCallId": "call-1", "rawInput": {"command": ["ls", "-l"]}}
-    body = msgspec.json.encode(ask(1, toolCall=tool_call))
     padding = 4 * 1024 * 1024
-    frame = NewlineFramer.encode(body[:-1] + b" " * padding + b"}")
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        peer.send_raw(frame)
-        del frame
-        held = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
+    held = bytes_held_after_a_padded_request(peer, padding)
     assert held < padding // 4, f"{held} bytes held after a {padding}-byte message"
     assert kept[0].tool_call.raw_input == {"command": ["ls", "-l"]}
     assert peer.wire() == [answer(1, selected("allow"))]
