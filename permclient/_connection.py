@@ -349,6 +349,26 @@ def _permission_answer(request_id: RequestId | None, decision: Decision) -> byte
     return encode_result(request_id, PermissionResponse(decision))
 
 
+def _selected_answer(
+    request_id: RequestId | None, answer: object, offered: tuple[PermissionOption, ...]
+) -> bytes | None:
+    """The answer most rules give, checked and encoded in one step: an int id, and
+    ``answer`` a ``Selected`` of an offered option with no ``_meta``. ``None`` for
+    anything else, which :func:`checked_decision` and :func:`_permission_answer`
+    take in two. Encoded from the offered option's id, as ``checked_decision``'s
+    result is: never from the handler's object."""
+    if type(answer) is Selected and answer.meta is None and type(request_id) is int:
+        chosen = answer.option_id
+        if type(chosen) is str:  # (exact: see checked_decision)
+            for option in offered:
+                if option.option_id == chosen:
+                    try:
+                        return _SELECTED_FOR_INT_ID % (request_id, _json.encode(option.option_id))
+                    except (TypeError, ValueError):  # e.g. a lone surrogate: the long way
+                        return None
+    return None
+
+
 def _session_of_request(message: Request) -> str | None:
     if message.decoded is not None:
         return cast(PermissionRequest, message.decoded).session_id
@@ -1071,8 +1091,8 @@ class Connection:
                 self._pend(request_id, request, session_id, offered, top, size)
             return True
         registrations = tuple(stack)  # the snapshot the rule may change
-        decision = self._run_rule(handler, request, offered)
-        if decision is None:
+        answer = self._run_rule(handler, request)
+        if answer is None:
             self._route(
                 _request_of(whole),
                 frame,
@@ -1085,7 +1105,11 @@ class Connection:
             )
             return True
         self.tool_calls.fold_answered(session_id, request.tool_call)
-        self._send_answer(request_id, session_id, decision, 0.0)
+        body = _selected_answer(request_id, answer, offered)
+        if body is None:
+            self._send_answer(request_id, session_id, checked_decision(answer, offered), 0.0)
+        else:
+            self._queue(body)
         return True
 
     def _route(
@@ -1111,11 +1135,13 @@ class Connection:
                 continue
             handler = registration.handler
             if type(handler) is Rule:
-                decision = self._run_rule(handler, request, offered)
-                if decision is None:
+                answer = self._run_rule(handler, request)
+                if answer is None:
                     continue
                 self.tool_calls.fold_answered(session_id, request.tool_call)
-                self._send_answer(request_id, session_id, decision, started)
+                self._send_answer(
+                    request_id, session_id, checked_decision(answer, offered), started
+                )
                 return
             if self.closed_reason is not None:  # closed by a rule that passed
                 self._queue(_permission_answer(request_id, _CANCELLED))
@@ -1132,17 +1158,15 @@ class Connection:
         self._emit("approval.unrouted", request_id=request_id, session_id=session_id)
         self._queue(_permission_answer(request_id, _CANCELLED))
 
-    def _run_rule(
-        self, rule: Rule, request: PermissionRequest, offered: tuple[PermissionOption, ...]
-    ) -> Decision | None:
+    def _run_rule(self, rule: Rule, request: PermissionRequest) -> object:
+        """What ``rule`` returned (``None``: it passed), unchecked; ``Cancelled`` if it raised."""
         try:
-            decision = rule.function(request)
+            return rule.function(request)
         except BaseException as exc:
             self.host_code_failed(
                 exc, "rule for session %r failed; answered cancelled", request.session_id
             )
             return _CANCELLED
-        return None if decision is None else checked_decision(decision, offered)
 
     def _pend(
         self,
@@ -1202,7 +1226,14 @@ class Connection:
         """
         request_id = question._request_id
         if self._questions.get(request_id) is question:
-            decision = checked_decision(decision, question._offered)
+            offered = question._offered
+            if self._telemetry is None:  # (telemetry records the decision: the long way)
+                body = _selected_answer(request_id, decision, offered)
+                if body is not None:
+                    self._retire(question, None)
+                    self._queue(body)
+                    return
+            decision = checked_decision(decision, offered)
             self._retire(question, None)
             self._send_answer(request_id, question._session_id, decision, question.started)
 

@@ -43,10 +43,11 @@ from permclient._connection import (
     Stopped,
     _cost,
     _permission_answer,
+    _selected_answer,
     _plain_cost,
     parse_permission_request,
 )
-from permclient._handlers import Question
+from permclient._handlers import Question, checked_decision
 from permclient._messages import VALUE_COST, Request, encode_result, json_cost, parse_message
 from permclient._wire import PermissionResponse, own_raw_json, permission_request_decoder
 from permclient.framing import ContentLengthFramer, NewlineFramer
@@ -1222,6 +1223,38 @@ def test_a_permission_answer_is_the_bytes_msgspec_makes(
         assert _permission_answer(request_id, decision) == encode_result(
             request_id, PermissionResponse(decision)
         )
+
+
+class _StrSubclass(str):
+    pass
+
+
+@given(
+    request_id=REQUEST_IDS,
+    offered_ids=st.lists(st.sampled_from(["allow", "deny", "\ud800", "é"]), min_size=1, max_size=3),
+    chosen=st.one_of(
+        st.sampled_from(["allow", "deny", "other", "\ud800", "é"]),
+        st.sampled_from(["allow"]).map(_StrSubclass),
+    ),
+    meta=st.one_of(st.none(), st.just({"k": 1})),
+    cancel=st.booleans(),
+)
+def test_a_checked_selection_in_one_step_is_the_long_way_or_nothing(
+    request_id: Any, offered_ids: list[str], chosen: str, meta: Any, cancel: bool
+) -> None:
+    offered = tuple(PermissionOption(i, i, "allow_once") for i in dict.fromkeys(offered_ids))
+    answer = Cancelled() if cancel else Selected(chosen, meta=meta)
+    body = _selected_answer(request_id, answer, offered)
+    if body is None:  # left to the long way: all but the plainest selection
+        simple = type(request_id) is int and type(chosen) is str and meta is None
+        assert cancel or not simple or chosen not in offered_ids or chosen == "\ud800"
+        return
+    assert not cancel and type(request_id) is int and type(chosen) is str and meta is None
+    assert body == _permission_answer(request_id, checked_decision(answer, offered))
+    assert msgspec.json.decode(body)["result"]["outcome"] == {
+        "outcome": "selected",
+        "optionId": chosen,
+    }
 
 
 def test_an_answer_that_cannot_be_encoded_fails_as_the_long_way_does() -> None:
