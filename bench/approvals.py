@@ -48,6 +48,7 @@ import argparse
 import collections
 import json
 import os
+import select
 import shutil
 import statistics
 import subprocess
@@ -57,7 +58,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import msgspec
 
@@ -89,6 +90,17 @@ CONFIGS = [
     Config("floor", "bare msgspec loop", "(none)", "newline"),
 ]
 CONFIG_OF = {config.key: config for config in CONFIGS}
+# The order of a round's bursts: each target's two configurations one after the other
+# (or nearly), so that both of a round's figures see the machine in the same state.
+BURST_ORDER = [
+    "floor",
+    "permclient-rule",
+    "permclient-deferred",
+    "python-sdk",
+    "permclient-async",
+    "ts-sdk",
+    "permclient-bridge-rule",
+]
 
 
 @dataclass(frozen=True)
@@ -111,6 +123,9 @@ class Target:
 
 
 # Issue 12's targets.
+# How long a child may be silent (start-up and warm-up, or a burst) before it is killed.
+_CHILD_TIMEOUT_S = 600
+
 TARGETS = [
     Target("permclient-rule", "cpu", "floor", 2.5),
     Target("permclient-deferred", "cpu", "floor", 5.0),
@@ -250,14 +265,33 @@ class _Steps:
             print(f"scheduler rounds per approval: {rounds / self.count:.3f}", file=sys.stderr)
 
 
+def _gated(args: argparse.Namespace, runs: list[dict[str, Any]]) -> bool:
+    """Under the driver (``--gated``): report the last burst (or, before the first,
+    that the warm-up is done), then wait for the go of the next one, a line on
+    stdin. ``False`` if the driver went away. The wait blocks the whole process,
+    event loop and all: nothing else is meant to run between bursts."""
+    if not args.gated:
+        return True
+    print(json.dumps(runs[-1]) if runs else "ready", flush=True)
+    return bool(sys.stdin.readline())
+
+
+def _report_last(args: argparse.Namespace, runs: list[dict[str, Any]]) -> None:
+    """Under the driver: report the last burst (the others were, by ``_gated``)."""
+    if args.gated and runs:
+        print(json.dumps(runs[-1]), flush=True)
+
+
 async def _measured_bursts(
     start: Callable[[int], Awaitable[Any]], args: argparse.Namespace
 ) -> list[dict[str, Any]]:
     """A warm-up burst, then ``args.repeat`` bursts timed around ``await start(count)``."""
     if args.warmup:
         await start(args.warmup)
-    runs = []
+    runs: list[dict[str, Any]] = []
     for _ in range(args.repeat):
+        if not _gated(args, runs):
+            break
         with _Profile(args.profile is not None), _Steps(args.steps is not None, args.count):
             cpu0 = time.process_time()
             t0 = time.perf_counter()
@@ -265,6 +299,7 @@ async def _measured_bursts(
             elapsed = time.perf_counter() - t0
             cpu = time.process_time() - cpu0
         runs.append(_timed(result, cpu, elapsed))
+    _report_last(args, runs)
     return runs
 
 
@@ -410,21 +445,26 @@ def _bare_runs(args: argparse.Namespace, log: Any) -> Any:
                 return result_decoder.decode(head.result)
         raise SystemExit("bare loop: the agent closed early")
 
-    runs = []
+    runs: list[dict[str, Any]] = []
     if args.warmup:
         burst(1_000_000, args.warmup)
     for n in range(args.repeat):
+        if not _gated(args, runs):
+            break
         cpu0 = time.process_time()
         t0 = time.perf_counter()
         result = burst(1_000_001 + n, args.count)
         elapsed = time.perf_counter() - t0
         cpu = time.process_time() - cpu0
         runs.append(_timed(result, cpu, elapsed))
+    _report_last(args, runs)
     out.close()
     return runs, proc.wait()
 
 
 def _ts_runs(args: argparse.Namespace, log: str) -> Any:
+    """ts_client.mjs, which takes the driver's go lines on the stdin it inherits;
+    what it prints is passed on, but for its last line, which is the summary."""
     node = shutil.which("node")
     if node is None:
         raise SystemExit("ts-sdk: node is not installed (use --only to leave it out)")
@@ -434,18 +474,23 @@ def _ts_runs(args: argparse.Namespace, log: str) -> Any:
         "warmup": args.warmup,
         "count": args.count,
         "repeat": args.repeat,
+        "gated": args.gated,
     }
-    proc = subprocess.run(
-        [node, str(TS_CLIENT), json.dumps(config)], capture_output=True, text=True, timeout=600
-    )
-    sys.stderr.write(proc.stderr)
-    lines = proc.stdout.strip().splitlines()
-    if not lines:
-        raise SystemExit(f"ts-sdk: ts_client.mjs printed nothing (status {proc.returncode})")
-    result = json.loads(lines[-1])
-    if proc.returncode != 0 and not any(r["errors"] for r in result["runs"]):
+    with subprocess.Popen(
+        [node, str(TS_CLIENT), json.dumps(config)], stdout=subprocess.PIPE, text=True
+    ) as proc:
+        assert proc.stdout is not None
+        summary = None
+        for line in proc.stdout:
+            if '"agent_exit"' in line:
+                summary = json.loads(line)
+            else:
+                print(line, end="", flush=True)
+    if summary is None:
+        raise SystemExit(f"ts-sdk: ts_client.mjs printed no summary (status {proc.returncode})")
+    if proc.returncode != 0 and not any(r["errors"] for r in summary["runs"]):
         raise SystemExit(f"ts-sdk: ts_client.mjs failed with status {proc.returncode}")
-    return result["runs"], result["agent_exit"]
+    return summary["runs"], summary["agent_exit"]
 
 
 def child_main(args: argparse.Namespace) -> int:
@@ -473,33 +518,87 @@ def child_main(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------ the driver
 
 
-def run_config(key: str, args: argparse.Namespace) -> dict[str, Any]:
-    argv = [
-        sys.executable,
-        __file__,
-        "--child",
-        key,
-        "--count",
-        str(args.count),
-        "--window",
-        str(args.window),
-        "--sessions",
-        str(args.sessions),
-        "--warmup",
-        str(args.warmup),
-        "--repeat",
-        "1",
-        *([] if args.client_cpu is None else ["--client-cpu", str(args.client_cpu)]),
-        *([] if args.agent_cpu is None else ["--agent-cpu", str(args.agent_cpu)]),
-    ]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=600)
-    if proc.returncode != 0:
-        sys.stderr.write(proc.stderr)
-        raise SystemExit(f"{key}: child failed with status {proc.returncode}")
-    if proc.stderr.strip():
-        sys.stderr.write(proc.stderr)
-    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    return result
+class Child:
+    """One configuration's client, in its own process for the whole run: started,
+    warmed up, then told when to run each burst (``--gated``), so that the bursts of
+    one round follow each other closely, and a slow spell of the machine hits all of
+    the configurations of that round."""
+
+    def __init__(self, key: str, args: argparse.Namespace) -> None:
+        self.key = key
+        argv = [
+            sys.executable,
+            __file__,
+            "--child",
+            key,
+            "--gated",
+            "--count",
+            str(args.count),
+            "--window",
+            str(args.window),
+            "--sessions",
+            str(args.sessions),
+            "--warmup",
+            str(args.warmup),
+            "--repeat",
+            str(args.repeat),
+            *([] if args.client_cpu is None else ["--client-cpu", str(args.client_cpu)]),
+            *([] if args.agent_cpu is None else ["--agent-cpu", str(args.agent_cpu)]),
+        ]
+        self.stderr = tempfile.TemporaryFile("w+")  # noqa: SIM115 (closed by _echo_stderr)
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True
+        )
+        if self._line() != "ready":
+            self._fail("did not get ready")
+
+    def burst(self) -> dict[str, Any]:
+        """Run one burst; its run (count, errors, elapsed, cpu, agent's figures)."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.flush()
+        line = self._line()
+        try:
+            run: dict[str, Any] = json.loads(line)
+        except ValueError:
+            self._fail(f"printed {line[:200]!r}, not a run")
+        return run
+
+    def finish(self) -> dict[str, Any]:
+        """Let the child end; its summary (runs, the agent's exit status and summary)."""
+        try:
+            out, _ = self.proc.communicate(timeout=_CHILD_TIMEOUT_S)  # (closes its stdin)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self._fail(f"did not exit within {_CHILD_TIMEOUT_S} s")
+        lines = out.strip().splitlines()
+        if self.proc.returncode != 0 or not lines:
+            self._fail("failed")
+        self._echo_stderr()
+        summary: dict[str, Any] = json.loads(lines[-1])
+        return summary
+
+    def _line(self) -> str:
+        """The child's next line, within _CHILD_TIMEOUT_S."""
+        assert self.proc.stdout is not None
+        ready, _, _ = select.select([self.proc.stdout], [], [], _CHILD_TIMEOUT_S)
+        line = self.proc.stdout.readline() if ready else ""
+        if not line:
+            self.proc.kill()
+            self._fail("stopped answering" if ready else f"silent for {_CHILD_TIMEOUT_S} s")
+        return line.strip()
+
+    def _echo_stderr(self) -> None:
+        with self.stderr:
+            self.stderr.seek(0)
+            text = self.stderr.read()
+        if text.strip():
+            sys.stderr.write(text)
+
+    def _fail(self, what: str) -> NoReturn:
+        self.proc.wait()
+        self._echo_stderr()
+        raise SystemExit(f"{self.key}: the child {what} (status {self.proc.returncode})")
 
 
 def _figures(run: dict[str, Any]) -> dict[str, float]:
@@ -546,17 +645,22 @@ def report(configs: list[Config], rounds: list[dict[str, dict[str, float]]]) -> 
         "(vs Py SDK: median approvals/s over the Python SDK's; vs floor: median client "
         "CPU per approval over the bare loop's)"
     )
-    print("\ntargets (ratio of the medians; per-round ratios min..max in brackets):")
+    print(
+        "\ntargets, judged on the median of the per-round ratios (each round's two "
+        "figures measured one after the other);\nmin..max of those ratios, and the ratio "
+        "of the two medians over all rounds, in brackets:"
+    )
     for target in TARGETS:
         if target.key not in median or target.versus not in median:
             print(f"  {target}: not measured")
             continue
-        ratio = target.ratio(median[target.key], median[target.versus])
         per_round = [target.ratio(r[target.key], r[target.versus]) for r in rounds]
-        verdict = "MET" if target.met(ratio) else "NOT MET"
+        paired = statistics.median(per_round)
+        of_medians = target.ratio(median[target.key], median[target.versus])
+        verdict = "MET" if target.met(paired) else "NOT MET"
         print(
-            f"  {target!s:<52} {ratio:6.2f}x  [{min(per_round):.2f}..{max(per_round):.2f}]"
-            f"  {verdict}"
+            f"  {target!s:<52} {paired:6.2f}x  [{min(per_round):.2f}..{max(per_round):.2f}; "
+            f"of medians {of_medians:.2f}x]  {verdict}"
         )
 
 
@@ -569,9 +673,10 @@ def main() -> int:
     parser.add_argument(
         "--repeat",
         type=int,
-        default=5,
-        help="rounds; each runs every configuration once, in turn, in a fresh process "
-        "(so a slow spell of the machine hits all of them)",
+        default=15,
+        help="rounds; each runs one burst of every configuration, in turn (each "
+        "configuration in its own process, started once), so a slow spell of the "
+        "machine hits all of them",
     )
     parser.add_argument(
         "--no-pin",
@@ -596,6 +701,7 @@ def main() -> int:
         "steps per approval, by task (measured burst only)",
     )
     parser.add_argument("--child", choices=list(CONFIG_OF), help=argparse.SUPPRESS)
+    parser.add_argument("--gated", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.quick:
         args.count, args.repeat = min(args.count, 2000), 1
@@ -620,22 +726,26 @@ def main() -> int:
     )
     print(machine_line(), flush=True)
     configs = [c for c in CONFIGS if not args.only or c.key in args.only]
+    # One at a time: each warms up alone.
+    children = [Child(key, args) for key in BURST_ORDER if CONFIG_OF[key] in configs]
     rounds: list[dict[str, dict[str, float]]] = []
-    failures = 0
     for round_number in range(1, args.repeat + 1):
         started = time.perf_counter()
-        figures: dict[str, dict[str, float]] = {}
-        for c in configs:
-            result = run_config(c.key, args)
-            agent = result["agent"] or {}
-            errors = sum(r["errors"] for r in result["runs"])
-            if errors or result["agent_exit"] != 0 or agent.get("errors"):
-                failures += 1
-                print(f"  !! {c.key}: {errors} wrong answers; agent: {agent}", flush=True)
-            figures[c.key] = _figures(result["runs"][-1])
+        # Every other round backwards: a trend of the machine over a round favours
+        # neither figure of a pair.
+        order = children if round_number % 2 else children[::-1]
+        figures = {child.key: _figures(child.burst()) for child in order}
         rounds.append(figures)
-        rates = ", ".join(f"{key} {f['rate']:,.0f}/s" for key, f in figures.items())
+        rates = ", ".join(f"{c.key} {figures[c.key]['rate']:,.0f}/s" for c in configs)
         print(f"  round {round_number}: {time.perf_counter() - started:.1f}s ({rates})", flush=True)
+    failures = 0
+    for child in children:
+        result = child.finish()
+        agent = result["agent"] or {}
+        errors = sum(r["errors"] for r in result["runs"])
+        if errors or result["agent_exit"] != 0 or agent.get("errors"):
+            failures += 1
+            print(f"  !! {child.key}: {errors} wrong answers; agent: {agent}", flush=True)
     report(configs, rounds)
     print(machine_line())
     if failures:

@@ -100,6 +100,7 @@ def client_rounds(key: str, rounds: int) -> None:
         agent_cpu=None,
         profile=None,
         steps=None,
+        gated=False,
     )
     with open(os.devnull, "w") as log:
         runs, _ = trio.run(approvals._permclient_runs, config, args, log.name)

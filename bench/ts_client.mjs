@@ -3,20 +3,22 @@
 // for bench/approvals.py. Run by approvals.py as:
 //
 //   node bench/ts_client.mjs '{"argv": [AGENT_ARGV...], "stderr": LOG_PATH,
-//                              "warmup": N0, "count": N, "repeat": R}'
+//                              "warmup": N0, "count": N, "repeat": R, "gated": G}'
 //
 // It spawns the agent (stderr appended to LOG_PATH), registers an async
 // `session/request_permission` handler that answers `selected allow` (as the Python
 // SDK's `request_permission` does in approvals.py), sends `bench/start {"count": N0}` as
 // a warm-up, then R times `bench/start {"count": N}`, reading `performance.now()` and
 // `process.cpuUsage()` (this process's CPU, all threads, user + system) right around
-// each. The agent checks every answer. It prints ONE JSON line on stdout:
+// each. The agent checks every answer. Its last line on stdout is JSON:
 //   {"runs": [{count, errors, elapsed, cpu, agent_elapsed, agent_cpu}], "agent_exit"}
-// and exits 1 if the SDK failed or an answer was counted wrong.
+// and it exits 1 if the SDK failed or an answer was counted wrong. With "gated" (as
+// approvals.py's driver runs it), it prints "ready" after the warm-up and waits for a
+// line on stdin before each burst, and prints each burst's run as a JSON line.
 //
 // The SDK is resolved from tests/interop/node/node_modules (installed there by npm).
 import { spawn } from "node:child_process";
-import { openSync } from "node:fs";
+import { openSync, readSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 import { Readable, Writable } from "node:stream";
@@ -38,6 +40,18 @@ const agentProcess = spawn(config.argv[0], config.argv.slice(1), {
 });
 const exited = new Promise((resolve) => agentProcess.on("exit", (code) => resolve(code)));
 
+// The driver's go: a line on stdin, read blocking (nothing else runs between bursts).
+// False when the driver went away.
+function gate(runs) {
+  if (!config.gated) return true;
+  process.stdout.write((runs.length ? JSON.stringify(runs.at(-1)) : "ready") + "\n");
+  const byte = Buffer.alloc(1);
+  for (;;) {
+    if (readSync(0, byte, 0, 1, null) === 0) return false;
+    if (byte[0] === 10) return true;
+  }
+}
+
 const ALLOW = { outcome: { outcome: "selected", optionId: "allow" } };
 const app = client({ name: "permclient-bench" }).onRequest(
   methods.client.session.requestPermission,
@@ -53,6 +67,7 @@ try {
       const start = (count) => ctx.request("bench/start", { count });
       if (config.warmup) await start(config.warmup);
       for (let i = 0; i < config.repeat; i++) {
+        if (!gate(runs)) break;
         const cpu0 = process.cpuUsage();
         const t0 = performance.now();
         const result = await start(config.count);
@@ -67,6 +82,7 @@ try {
           agent_cpu: result.cpu,
         });
       }
+      if (config.gated && runs.length) process.stdout.write(JSON.stringify(runs.at(-1)) + "\n");
     },
   );
 } catch (error) {
