@@ -357,9 +357,12 @@ def _selected_answer(
     anything else, which :func:`checked_decision` and :func:`_permission_answer`
     take in two. Encoded from the offered option's id, as ``checked_decision``'s
     result is: never from the handler's object."""
-    if type(answer) is Selected and answer.meta is None and type(request_id) is int:
-        chosen = answer.option_id
-        if type(chosen) is str:  # (exact: see checked_decision)
+    if type(answer) is Selected and type(request_id) is int:
+        try:
+            meta, chosen = answer.meta, answer.option_id
+        except AttributeError:  # a field the handler deleted: refused the long way
+            return None
+        if meta is None and type(chosen) is str:  # (exact: see checked_decision)
             for option in offered:
                 if option.option_id == chosen:
                     try:

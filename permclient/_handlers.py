@@ -226,14 +226,18 @@ def checked_decision(answer: object, offered: tuple[PermissionOption, ...]) -> D
     subclass its own ``option_id``), and nothing the handler returned may raise here.
     """
     if type(answer) is Selected:
-        chosen = answer.option_id
+        try:
+            chosen, meta = answer.option_id, answer.meta
+        except AttributeError:  # a field the handler deleted (a Struct allows it)
+            log.warning("handler returned a Selected with a field deleted; answered cancelled")
+            return _CANCELLED
         # An exact str: a subclass could compare equal to anything.
         if type(chosen) is str:
             for option in offered:
                 if option.option_id == chosen:
                     # Built from the offered option: the caller's object (another
                     # thread may hold it) is never what gets encoded.
-                    return Selected(option.option_id, meta=answer.meta)
+                    return Selected(option.option_id, meta=meta)
         log.warning(
             "handler chose option %r, which was not offered (%s); answered cancelled",
             chosen if type(chosen) is str else type(chosen).__qualname__,

@@ -327,8 +327,15 @@ async def _returns_a_selected_subclass(req: PermissionRequest) -> Any:
     return _LyingSelected("allow")
 
 
+async def _returns_a_selected_with_meta_deleted(req: PermissionRequest) -> Any:
+    selected = Selected("allow")
+    del selected.meta  # a Struct allows it; reading it then raises
+    return selected
+
+
 HOSTILE_HANDLERS = {
     "returns an object whose class raises": _returns_a_class_that_raises,
+    "returns a Selected with a field deleted": _returns_a_selected_with_meta_deleted,
     "blocks, then returns an object whose class raises": _waits_then_returns_a_class_that_raises,
     "returns a subclass of Selected": _returns_a_selected_subclass,
 }

@@ -43,8 +43,8 @@ from permclient._connection import (
     Stopped,
     _cost,
     _permission_answer,
-    _selected_answer,
     _plain_cost,
+    _selected_answer,
     parse_permission_request,
 )
 from permclient._handlers import Question, checked_decision
@@ -528,7 +528,29 @@ class _SneakySelected(Selected):
     pass
 
 
+def _with_deleted(field: str, option_id: str) -> Selected:
+    """A ``Selected`` missing a field: a Struct lets a handler ``del`` one (and then
+    reading it, or even its repr, raises)."""
+    selected = Selected(option_id)
+    delattr(selected, field)
+    return selected
+
+
+def _describe(value: object) -> str:
+    try:
+        return repr(value)
+    except AttributeError:
+        return (
+            f"Selected({value.option_id!r}) without meta"
+            if hasattr(value, "option_id")
+            else "Selected without option_id"
+        )
+
+
 JUNK = [
+    _with_deleted("meta", "allow"),  # offered, but not a whole Selected
+    _with_deleted("meta", "allow-everything"),
+    _with_deleted("option_id", "allow"),
     Selected("allow-everything"),  # not offered
     Selected(""),
     Selected(_SneakyStr("x")),  # a str that equals everything
@@ -541,7 +563,7 @@ JUNK = [
 ]
 
 
-@pytest.mark.parametrize("result", JUNK, ids=repr)
+@pytest.mark.parametrize("result", JUNK, ids=_describe)
 def test_a_rule_returning_junk_answers_cancelled_and_does_not_pass_down(
     peer: Peer, result: Any
 ) -> None:
@@ -569,7 +591,7 @@ def test_a_rule_that_raises_answers_cancelled_and_does_not_pass_down(peer: Peer)
     peer.assert_idle()
 
 
-@pytest.mark.parametrize("result", JUNK, ids=repr)
+@pytest.mark.parametrize("result", JUNK, ids=_describe)
 def test_a_deferred_answer_that_is_not_an_offered_choice_answers_cancelled(
     peer: Peer, result: Any
 ) -> None:
@@ -1458,6 +1480,24 @@ def test_a_passing_rule_that_rewrites_the_request_changes_neither_its_check_nor_
     assert [option.option_id for option in question.request.options] == ["allow", "deny"]
     question.select("yolo")
     assert peer.wire() == [answer(2, CANCELLED)]
+    peer.assert_idle()
+
+
+@pytest.mark.parametrize("telemetry", [False, True], ids=["one step", "general path"])
+def test_a_rule_that_rewrites_the_options_then_picks_its_own_answers_cancelled(
+    telemetry: bool,
+) -> None:
+    """The answer is checked against the options the request arrived with, not the
+    ones a rule left in it."""
+    peer = Peer("acp", telemetry=MemoryTelemetry() if telemetry else None)
+
+    def forge(request: PermissionRequest) -> Selected:
+        request.options = (PermissionOption("yolo", "Yolo", "allow_always"),)
+        return Selected("yolo")
+
+    peer.conn.add_permission_handler("s-1", rule(forge), None)
+    peer.send(ask(1))
+    assert peer.wire() == [answer(1, CANCELLED)]
     peer.assert_idle()
 
 
