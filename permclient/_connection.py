@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeAlias, cast
 
 import msgspec
-from msgspec import UNSET, UnsetType
 
 from ._errors import ConnectionClosed, LocalProtocolError, RemoteProtocolError, RequestError
 from ._handlers import (
@@ -89,6 +88,10 @@ _HELD_OVERHEAD: Final = 200  # a held notification's own objects
 # Frames past this size are costed (and refused past the budget) before they are
 # decoded; smaller ones only once they are to be held pending.
 _EAGER_COST_FRAME: Final = 64 * 1024
+# Pending questions past which equal option sets are held once: sharing saves
+# about half a kilobyte a question, and costs a hash of the set, which only a
+# large backlog (an editor away from its keyboard) pays back.
+SHARE_OPTIONS_FROM: Final = 256
 DEFAULT_MAX_PENDING_BYTES: Final = 128 * 1024 * 1024
 """Pending inbound requests: at most what their frames take once decoded (see
 json_cost), whatever the handler then keeps aside."""
@@ -269,12 +272,13 @@ def session_of(params: Any) -> str | None:
 
 
 class _WholePermissionRequest(msgspec.Struct, gc=False):
-    """A ``session/request_permission`` request decoded with its params in one pass."""
+    """A ``session/request_permission`` request decoded with its params in one pass
+    (the method and the version checked by the decoder, which makes no str of them)."""
 
     id: RequestId | None
-    method: str
+    method: Literal["session/request_permission"]
     params: PermissionRequest
-    jsonrpc: str | UnsetType = UNSET
+    jsonrpc: Literal["2.0"]
     result: msgspec.Raw = msgspec.Raw()
     error: msgspec.Raw = msgspec.Raw()
 
@@ -306,7 +310,7 @@ def parse_permission_request(frame: bytes) -> _WholePermissionRequest | None:
         whole = _whole_permission_request_decoder.decode(frame)
     except DECODE_ERRORS:
         return None
-    if whole.method != PERMISSION_METHOD or whole.jsonrpc != "2.0" or whole.result or whole.error:
+    if whole.result or whole.error:
         return None
     return whole
 
@@ -445,7 +449,8 @@ class Connection:
         self._pending_bytes = 0
         self._stacks: dict[str, list[PermissionRegistration]] = {}
         # Equal option sets of pending permission requests, held once (agents offer
-        # the same few sets again and again); an entry goes with its last request.
+        # the same few sets again and again) once SHARE_OPTIONS_FROM are pending;
+        # an entry goes with its last request.
         self._options_in_use: dict[tuple[PermissionOption, ...], _SharedOptions] = {}
         self._request_handlers: dict[str, tuple[RequestHandler, Any]] = {}
         self._method_callbacks: dict[str, list[NotificationCallback]] = {}
@@ -1186,7 +1191,8 @@ class Connection:
         by those."""
         timeout = registration.timeout
         started = self._clock() if self._telemetry is not None or timeout is not None else 0.0
-        shared = self._share_options(offered)
+        many = len(self._questions) >= SHARE_OPTIONS_FROM
+        shared = self._share_options(offered) if many else None
         request.options = offered if shared is None else shared.options
         request.session_id = session_id
         own_raw_json(request.tool_call)

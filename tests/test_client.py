@@ -1651,7 +1651,10 @@ async def test_a_handler_that_changes_the_request_cannot_widen_the_offer() -> No
             assert (await peer.receive())["result"] == CANCELLED
 
 
-async def test_requests_offering_the_same_options_share_them_and_answers_stay_exact() -> None:
+async def test_requests_offering_the_same_options_share_them_and_answers_stay_exact(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(permclient._connection, "SHARE_OPTIONS_FROM", 0)  # from the first
     async with connected() as (client, peer):
         waiter = Waiter()
         with client.permission_handler("s", waiter):

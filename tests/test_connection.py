@@ -35,6 +35,7 @@ from permclient import (
 from permclient._connection import (
     METHOD_WITHIN,
     PERMISSION_METHOD,
+    SHARE_OPTIONS_FROM,
     Closed,
     Connection,
     ResponseReceived,
@@ -601,6 +602,25 @@ def test_a_deferred_answer_that_is_not_an_offered_choice_answers_cancelled(
     assert questions[0].answer(result) is True  # taken, and checked
     assert peer.wire() == [answer(1, CANCELLED)]
     peer.assert_idle()
+
+
+def test_option_sets_are_held_once_when_many_questions_are_pending() -> None:
+    peer = Peer("acp")
+    questions: list[Question] = []
+    peer.conn.add_permission_handler("s-1", holding(questions), None)
+    peer.send(*(ask(i) for i in range(SHARE_OPTIONS_FROM)))
+    assert peer.conn.statistics().shared_option_sets == 0  # a few: each holds its own
+    assert questions[-2].request.options is not questions[-1].request.options
+    peer.send(ask(SHARE_OPTIONS_FROM), ask(SHARE_OPTIONS_FROM + 1, options=allow_deny()[::-1]))
+    peer.send(ask(SHARE_OPTIONS_FROM + 2))
+    first, other, second = questions[-3:]
+    assert first.request.options is second.request.options  # equal sets: one copy
+    assert other.request.options is not first.request.options
+    assert peer.conn.statistics().shared_option_sets == 2
+    for question in questions:
+        assert question.select("allow")
+    assert len(peer.wire()) == SHARE_OPTIONS_FROM + 3
+    peer.assert_idle()  # (no set left once its last question is answered)
 
 
 def test_no_handler_answers_cancelled(peer: Peer) -> None:
