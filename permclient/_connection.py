@@ -1435,7 +1435,8 @@ class ConnectionStatistics:
     bytes_queued: int
     """Bytes queued for the peer and not yet taken by the writer."""
     shared_option_sets: int
-    """Distinct option sets held once for the pending permission requests."""
+    """Distinct option sets held once for the pending permission requests (from
+    ``SHARE_OPTIONS_FROM`` pending on: below that, each holds its own)."""
     held_notifications: int
     """Notifications held for sessions that have no callback yet."""
     sessions_with_handlers: int
