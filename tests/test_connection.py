@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from permclient import (
@@ -1281,6 +1281,11 @@ class _StrSubclass(str):
     meta=st.one_of(st.none(), st.just({"k": 1})),
     cancel=st.booleans(),
 )
+# (Each a case a wrong shortcut would get wrong, run whatever hypothesis draws.)
+@example(request_id=1, offered_ids=["allow"], chosen=_StrSubclass("allow"), meta=None, cancel=False)
+@example(request_id=1, offered_ids=["allow"], chosen="allow", meta={"k": 1}, cancel=False)
+@example(request_id=1, offered_ids=["deny"], chosen="allow", meta=None, cancel=False)
+@example(request_id=1, offered_ids=["\ud800"], chosen="\ud800", meta=None, cancel=False)
 def test_a_checked_selection_in_one_step_is_the_long_way_or_nothing(
     request_id: Any, offered_ids: list[str], chosen: str, meta: Any, cancel: bool
 ) -> None:
