@@ -135,18 +135,25 @@ TARGETS = [
 ]
 
 
-def agent_argv(framing: str, args: argparse.Namespace) -> list[str]:
+def _shape_flags(args: argparse.Namespace) -> list[str]:
+    """The burst's shape, as both the agent and a child client take it."""
     return [
-        sys.executable,
-        str(AGENT),
-        "--framing",
-        framing,
         "--count",
         str(args.count),
         "--window",
         str(args.window),
         "--sessions",
         str(args.sessions),
+    ]
+
+
+def agent_argv(framing: str, args: argparse.Namespace) -> list[str]:
+    return [
+        sys.executable,
+        str(AGENT),
+        "--framing",
+        framing,
+        *_shape_flags(args),
         *([] if args.agent_cpu is None else ["--cpu", str(args.agent_cpu)]),
     ]
 
@@ -532,12 +539,7 @@ class Child:
             "--child",
             key,
             "--gated",
-            "--count",
-            str(args.count),
-            "--window",
-            str(args.window),
-            "--sessions",
-            str(args.sessions),
+            *_shape_flags(args),
             "--warmup",
             str(args.warmup),
             "--repeat",

@@ -356,7 +356,7 @@ def _permission_answer(request_id: RequestId | None, decision: Decision) -> byte
 def _selected_answer(
     request_id: RequestId | None, answer: object, offered: tuple[PermissionOption, ...]
 ) -> bytes | None:
-    """The answer most rules give, checked and encoded in one step: an int id, and
+    """The answer most handlers give, checked and encoded in one step: an int id, and
     ``answer`` a ``Selected`` of an offered option with no ``_meta``. ``None`` for
     anything else, which :func:`checked_decision` and :func:`_permission_answer`
     take in two. Encoded from the offered option's id, as ``checked_decision``'s
