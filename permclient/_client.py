@@ -161,7 +161,7 @@ class Client:
         self._written = 0  # bytes written in all: teardown watches it move
         self._write_failed = False
         self._pipe = _send_pipe(stream)  # see _write_now
-        self._handed_over = bytearray()  # what the reader's write left for the writer
+        self._handed_over = b""  # what the reader's write left for the writer
         # The writer outlives an outer cancellation so owed answers still go out;
         # teardown cancels it once they are flushed (or the grace period ends).
         self._writer_scope = trio.CancelScope(shield=True)
@@ -636,7 +636,7 @@ class Client:
         conn = self._conn
         while True:
             if self._handed_over:  # the rest of the reader's write goes first
-                data, self._handed_over = self._handed_over, bytearray()
+                data, self._handed_over = self._handed_over, b""
             else:
                 data = conn.data_to_send()
             if not data:

@@ -324,6 +324,10 @@ _SELECTED_HEAD: Final = b',"result":{"outcome":{"outcome":"selected","optionId":
 _SELECTED_TAIL: Final = b"}}}"
 _CANCELLED_TAIL: Final = b',"result":{"outcome":{"outcome":"cancelled"}}}'
 _SELECTED_FOR_INT_ID: Final = _ANSWER_HEAD + b"%d" + _SELECTED_HEAD + b"%b" + _SELECTED_TAIL
+# The encoded ends of the answers a connection gives most (by option id) are kept,
+# at most this many, of ids at most this long: peers choose the ids.
+SELECTED_ENDS_HELD: Final = 64
+SELECTED_END_ID_MAX: Final = 64
 _json: Final = msgspec.json.Encoder()
 
 
@@ -351,29 +355,6 @@ def _permission_answer(request_id: RequestId | None, decision: Decision) -> byte
         except (TypeError, ValueError) as exc:  # e.g. a str with a lone surrogate
             raise LocalProtocolError(f"cannot encode message as JSON: {exc}") from exc
     return encode_result(request_id, PermissionResponse(decision))
-
-
-def _selected_answer(
-    request_id: RequestId | None, answer: object, offered: tuple[PermissionOption, ...]
-) -> bytes | None:
-    """The answer most handlers give, checked and encoded in one step: an int id, and
-    ``answer`` a ``Selected`` of an offered option with no ``_meta``. ``None`` for
-    anything else, which :func:`checked_decision` and :func:`_permission_answer`
-    take in two. Encoded from the offered option's id, as ``checked_decision``'s
-    result is: never from the handler's object."""
-    if type(answer) is Selected and type(request_id) is int:
-        try:
-            meta, chosen = answer.meta, answer.option_id
-        except AttributeError:  # a field the handler deleted: refused the long way
-            return None
-        if meta is None and type(chosen) is str:  # (exact: see checked_decision)
-            for option in offered:
-                if option.option_id == chosen:
-                    try:
-                        return _SELECTED_FOR_INT_ID % (request_id, _json.encode(option.option_id))
-                    except (TypeError, ValueError):  # e.g. a lone surrogate: the long way
-                        return None
-    return None
 
 
 def _session_of_request(message: Request) -> str | None:
@@ -420,6 +401,43 @@ class Connection:
     deferred answer given from a UI callback), so a driver can wake its writer.
     """
 
+    # Slots: past 30 attributes, an instance dict's keys stop being shared and
+    # every attribute read on the hot path gets slower.
+    __slots__ = (
+        "_backlog",
+        "_backlog_bytes",
+        "_clock",
+        "_dispatching",
+        "_encode_frame",
+        "_events",
+        "_framer",
+        "_max_pending",
+        "_max_pending_bytes",
+        "_method_callbacks",
+        "_newline",
+        "_next_id",
+        "_on_output",
+        "_options_in_use",
+        "_outbound",
+        "_outbuf",
+        "_outbuf_size",
+        "_pending_bytes",
+        "_questions",
+        "_request_handlers",
+        "_requests",
+        "_selected_ends",
+        "_session_callbacks",
+        "_stacks",
+        "_starting",
+        "_telemetry",
+        "_timed",
+        "_write_failed",
+        "closed_reason",
+        "dialect",
+        "stopped_by",
+        "tool_calls",
+    )
+
     def __init__(
         self,
         dialect: DialectName = "bridge",
@@ -460,7 +478,10 @@ class Connection:
         self._starting: list[tuple[Question, AsyncHandler]] = []
         self._timed: set[PermissionRegistration] = set()
         self._events: list[Event] = []
-        self._outbuf = bytearray()
+        self._outbuf: list[bytes] = []  # frames, joined when taken
+        self._outbuf_size = 0
+        self._newline = spec.framer is NewlineFramer
+        self._selected_ends: dict[str, bytes] = {}
         self._write_failed = False
         self._dispatching = False
         self.closed_reason: str | None = None
@@ -472,15 +493,19 @@ class Connection:
 
     # ------------------------------------------------------------------ output
 
-    def data_to_send(self) -> bytearray:
+    def data_to_send(self) -> bytes:
         """Take every byte queued for the peer (empty when there is none)."""
-        data, self._outbuf = self._outbuf, bytearray()
-        return data
+        frames = self._outbuf
+        if not frames:
+            return b""
+        self._outbuf = []
+        self._outbuf_size = 0
+        return frames[0] if len(frames) == 1 else b"".join(frames)
 
     @property
     def bytes_queued(self) -> int:
         """How many bytes wait in :meth:`data_to_send`."""
-        return len(self._outbuf)
+        return self._outbuf_size
 
     def events(self) -> list[Event]:
         """Take the events since the last call, in order."""
@@ -492,15 +517,59 @@ class Connection:
     def send_failed(self) -> None:
         """The transport can take no more: drop what is queued and what comes."""
         self._write_failed = True
-        self._outbuf.clear()
+        self._outbuf = []
+        self._outbuf_size = 0
 
     def _queue(self, body: bytes) -> None:
+        self._queue_frame(self._encode_frame(body))
+
+    def _queue_frame(self, frame: bytes) -> None:
         if self._write_failed:
             return  # a dead transport is the only reason an answer is dropped
         idle = not self._outbuf  # else the driver was told, and has yet to take them
-        self._outbuf += self._encode_frame(body)
+        self._outbuf.append(frame)
+        self._outbuf_size += len(frame)
         if idle and self._on_output is not None and not self._dispatching:
             self._on_output()
+
+    def _selected_frame(
+        self, request_id: RequestId | None, answer: object, offered: tuple[PermissionOption, ...]
+    ) -> bytes | None:
+        """The answer most handlers give, checked, encoded and framed in one step: an
+        int id, and ``answer`` a ``Selected`` of an offered option with no ``_meta``.
+        ``None`` for anything else, which :func:`checked_decision` and
+        :func:`_permission_answer` take in two. Encoded from the offered option's id,
+        as ``checked_decision``'s result is: never from the handler's object."""
+        if type(answer) is Selected and type(request_id) is int:
+            try:
+                meta, chosen = answer.meta, answer.option_id
+            except AttributeError:  # a field the handler deleted: refused the long way
+                return None
+            if meta is None and type(chosen) is str:  # (exact: see checked_decision)
+                for option in offered:
+                    if option.option_id == chosen:
+                        end = self._selected_ends.get(chosen) or self._selected_end(option)
+                        if end is None:
+                            return None
+                        body = b"".join((_ANSWER_HEAD, _json.encode(request_id), end))
+                        return body if self._newline else self._encode_frame(body)
+        return None
+
+    def _selected_end(self, option: PermissionOption) -> bytes | None:
+        """What follows the id in an answer selecting ``option`` (with the newline
+        dialect's line end: JSON that msgspec encodes has no line break), kept for
+        the next answer if there is room; ``None`` if its id cannot be encoded."""
+        option_id = option.option_id
+        try:
+            end = _SELECTED_HEAD + _json.encode(option_id) + _SELECTED_TAIL
+        except (TypeError, ValueError):  # e.g. a lone surrogate: the long way
+            return None
+        if self._newline:
+            end += b"\n"
+        ends = self._selected_ends
+        if len(ends) < SELECTED_ENDS_HELD and len(option_id) <= SELECTED_END_ID_MAX:
+            ends[option_id] = end
+        return end
 
     def _event(self, event: Event) -> None:
         self._events.append(event)
@@ -1113,11 +1182,11 @@ class Connection:
             )
             return True
         self.tool_calls.fold_answered(session_id, request.tool_call)
-        body = _selected_answer(request_id, answer, offered)
-        if body is None:
+        answer_frame = self._selected_frame(request_id, answer, offered)
+        if answer_frame is None:
             self._send_answer(request_id, session_id, checked_decision(answer, offered), 0.0)
         else:
-            self._queue(body)
+            self._queue_frame(answer_frame)
         return True
 
     def _route(
@@ -1237,10 +1306,10 @@ class Connection:
         if self._questions.get(request_id) is question:
             offered = question._offered
             if self._telemetry is None:  # (telemetry records the decision: the long way)
-                body = _selected_answer(request_id, decision, offered)
-                if body is not None:
+                frame = self._selected_frame(request_id, decision, offered)
+                if frame is not None:
                     self._retire(question, None)
-                    self._queue(body)
+                    self._queue_frame(frame)
                     return
             decision = checked_decision(decision, offered)
             self._retire(question, None)
@@ -1413,7 +1482,7 @@ class Connection:
             pending_requests=len(self._requests),
             pending_bytes=self._pending_bytes,
             outbound_requests=len(self._outbound),
-            bytes_queued=len(self._outbuf),
+            bytes_queued=self._outbuf_size,
             shared_option_sets=len(self._options_in_use),
             held_notifications=len(self._backlog),
             sessions_with_handlers=len(self._stacks),

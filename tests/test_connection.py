@@ -35,6 +35,8 @@ from permclient import (
 from permclient._connection import (
     METHOD_WITHIN,
     PERMISSION_METHOD,
+    SELECTED_END_ID_MAX,
+    SELECTED_ENDS_HELD,
     SHARE_OPTIONS_FROM,
     Closed,
     Connection,
@@ -45,7 +47,6 @@ from permclient._connection import (
     _cost,
     _permission_answer,
     _plain_cost,
-    _selected_answer,
     parse_permission_request,
 )
 from permclient._handlers import Question, checked_decision
@@ -1291,17 +1292,35 @@ def test_a_checked_selection_in_one_step_is_the_long_way_or_nothing(
 ) -> None:
     offered = tuple(PermissionOption(i, i, "allow_once") for i in dict.fromkeys(offered_ids))
     answer = Cancelled() if cancel else Selected(chosen, meta=meta)
-    body = _selected_answer(request_id, answer, offered)
-    if body is None:  # left to the long way: all but the plainest selection
-        simple = type(request_id) is int and type(chosen) is str and meta is None
-        assert cancel or not simple or chosen not in offered_ids or chosen == "\ud800"
-        return
-    assert not cancel and type(request_id) is int and type(chosen) is str and meta is None
-    assert body == _permission_answer(request_id, checked_decision(answer, offered))
-    assert msgspec.json.decode(body)["result"]["outcome"] == {
-        "outcome": "selected",
-        "optionId": chosen,
-    }
+    for dialect, framer in FRAMERS.items():
+        conn = Connection(dialect)  # type: ignore[arg-type]
+        for _ in range(2):  # the second from the encoded end the first kept
+            frame = conn._selected_frame(request_id, answer, offered)
+            if frame is None:  # left to the long way: all but the plainest selection
+                simple = type(request_id) is int and type(chosen) is str and meta is None
+                assert cancel or not simple or chosen not in offered_ids or chosen == "\ud800"
+                break
+            assert not cancel and type(request_id) is int and type(chosen) is str
+            assert meta is None
+            body = _permission_answer(request_id, checked_decision(answer, offered))
+            assert frame == framer.encode(body)
+            assert msgspec.json.decode(body)["result"]["outcome"] == {
+                "outcome": "selected",
+                "optionId": chosen,
+            }
+
+
+def test_the_encoded_ends_of_answers_kept_are_few_and_short() -> None:
+    conn = Connection("acp")
+    long_id = "x" * (SELECTED_END_ID_MAX + 1)
+    ids = [long_id] + [f"opt-{k}" for k in range(SELECTED_ENDS_HELD + 8)]
+    offered = tuple(PermissionOption(i, i, "allow_once") for i in ids)
+    for request_id, option_id in enumerate(ids):
+        frame = conn._selected_frame(request_id, Selected(option_id), offered)
+        assert frame == _permission_answer(request_id, Selected(option_id)) + b"\n"
+    assert len(conn._selected_ends) == SELECTED_ENDS_HELD
+    assert long_id not in conn._selected_ends
+    assert f"opt-{SELECTED_ENDS_HELD + 7}" not in conn._selected_ends
 
 
 def test_an_answer_that_cannot_be_encoded_fails_as_the_long_way_does() -> None:
