@@ -58,10 +58,14 @@ T = TypeVar("T")
 RequestHandler: TypeAlias = Callable[[Any], Awaitable[Any]]
 
 _RECEIVE_SIZE: Final = 256 * 1024
-# The reader lets the other tasks run (the writer among them) after this many
-# messages of a read: the answers so far go out, and the peer gets to work on them,
-# while it handles the rest. (A host's UI thread, in guest mode, gets its turn too.)
-_MESSAGES_PER_STEP: Final = 16
+# The reader writes the answers of a read after every _MESSAGES_PER_WRITE of its
+# messages, so the peer works on them while it handles the rest; after
+# _MESSAGES_PER_STEP it lets the other tasks run (a host's UI thread, in guest
+# mode, gets its turn too), or at once when another task has work from it (see
+# _others_wait). A trip through trio's scheduler costs as much as a few approvals:
+# it is not made for every write.
+_MESSAGES_PER_WRITE: Final = 16
+_MESSAGES_PER_STEP: Final = 64
 # Teardown waits for queued answers while the peer takes them: it gives up after
 # _FLUSH_STALL_S without progress, and after _FLUSH_STALL_S plus one second per
 # _FLUSH_MIN_RATE bytes queued in all (a peer that reads, however slowly, at that
@@ -724,19 +728,24 @@ class Client:
     async def _reader_loop(self) -> None:
         conn = self._conn
         more = False  # whether the last read has messages left to handle
+        handled = 0  # messages handled since the reader last let the others run
         try:
             while conn.closed_reason is None:
                 if conn.bytes_queued > _OUTBUF_HIGH_WATER:
                     await self._wait_flushed()
                 if more:
-                    await trio.lowlevel.checkpoint()  # see _MESSAGES_PER_STEP
-                    more = conn.receive_data(b"", _MESSAGES_PER_STEP)
+                    if handled >= _MESSAGES_PER_STEP or self._others_wait():
+                        await trio.lowlevel.checkpoint()
+                        handled = 0
+                    more = conn.receive_data(b"", _MESSAGES_PER_WRITE)
+                    handled += _MESSAGES_PER_WRITE
                 else:
                     data = await self._stream.receive_some(_RECEIVE_SIZE)
                     if not data:
                         conn.receive_eof()
                         return
-                    more = conn.receive_data(data, _MESSAGES_PER_STEP)
+                    more = conn.receive_data(data, _MESSAGES_PER_WRITE)
+                    handled = _MESSAGES_PER_WRITE
                 if conn.bytes_queued:
                     self._write_now()
                 self._pump()
@@ -752,6 +761,12 @@ class Client:
             conn.close(f"internal error in the reader: {exc!r}")
         finally:
             self._pump()
+
+    def _others_wait(self) -> bool:
+        """Whether a read's part left work for other tasks: async handlers for the
+        workers, or answers for the writer (all but what the reader wrote to a pipe
+        itself)."""
+        return bool(self._jobs or self._handed_over or self._conn.bytes_queued)
 
     # ------------------------------------------------------------------ timeouts
 

@@ -7,6 +7,7 @@ import contextvars
 import fcntl
 import fractions
 import io
+import itertools
 import json
 import logging
 import os
@@ -27,6 +28,7 @@ import trio.testing
 import permclient
 import permclient.framing
 from permclient import Cancelled, ConnectionClosed, PermissionRequest, RequestError, Selected
+from permclient._client import _MESSAGES_PER_STEP
 
 from .peer import CANCELLED, FakePeer, allow_deny, connected, selected
 
@@ -1887,6 +1889,41 @@ async def test_a_large_read_lets_its_first_answers_out_before_it_handles_the_res
                 await peer.send_raw(_asks(peer, *((n, "s") for n in range(100))))
     assert [answer["id"] for answer in received] == list(range(100))
     assert answers_out_when_the_last_was_decided[0] > 0
+
+
+async def test_a_large_read_over_a_pipe_still_lets_the_other_tasks_run_between_steps() -> None:
+    # Over a pipe the reader writes each part's answers itself and need not let
+    # the writer run; it still lets the other tasks (a host's UI among them) run
+    # after every _MESSAGES_PER_STEP messages of a read.
+    ticks = 0
+    ticks_when_decided: list[int] = []
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            await trio.lowlevel.checkpoint()
+            ticks += 1
+
+    def decide(request: PermissionRequest) -> Selected:
+        ticks_when_decided.append(ticks)
+        return Selected("allow")
+
+    async with pipes() as (ours, theirs):
+        peer = FakePeer(theirs, "acp")
+        async with permclient.open_client(ours, dialect="acp") as client:
+            with client.permission_handler("s", permclient.rule(decide)):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(tick)
+                    await peer.send_raw(_asks(peer, *((n, "s") for n in range(200))))
+                    with trio.fail_after(10):
+                        answers = [await peer.receive() for _ in range(200)]
+                    nursery.cancel_scope.cancel()
+    assert [answer["id"] for answer in answers] == list(range(200))
+    decided_between_ticks = [len(list(run)) for _, run in itertools.groupby(ticks_when_decided)]
+    assert len(ticks_when_decided) == 200
+    # (Tasks run in random order within a round of trio's scheduler: the ticker
+    # may run just before one step of the reader and just after the next.)
+    assert max(decided_between_ticks) <= 2 * _MESSAGES_PER_STEP
 
 
 @pytest.mark.parametrize("how", ["leaves", "interrupted"])
