@@ -763,10 +763,11 @@ class Client:
             self._pump()
 
     def _others_wait(self) -> bool:
-        """Whether a read's part left work for other tasks: async handlers for the
-        workers, or answers for the writer (all but what the reader wrote to a pipe
-        itself)."""
-        return bool(self._jobs or self._handed_over or self._conn.bytes_queued)
+        """Whether other tasks may have work from a read's part: async handlers for
+        the workers, answers for the writer (all but what the reader wrote to a
+        pipe itself), or pending questions, which any task may be answering."""
+        conn = self._conn
+        return bool(self._jobs or self._handed_over or conn.bytes_queued or conn.has_questions)
 
     # ------------------------------------------------------------------ timeouts
 

@@ -1406,6 +1406,12 @@ class Connection:
     # ---------------------------------------------------------------- timeouts
 
     @property
+    def has_questions(self) -> bool:
+        """Whether some permission question is pending (its answer may come from
+        any task)."""
+        return bool(self._questions)
+
+    @property
     def has_deadlines(self) -> bool:
         """Whether some pending question has a registration timeout."""
         return bool(self._timed)
