@@ -324,10 +324,14 @@ _SELECTED_HEAD: Final = b',"result":{"outcome":{"outcome":"selected","optionId":
 _SELECTED_TAIL: Final = b"}}}"
 _CANCELLED_TAIL: Final = b',"result":{"outcome":{"outcome":"cancelled"}}}'
 _SELECTED_FOR_INT_ID: Final = _ANSWER_HEAD + b"%d" + _SELECTED_HEAD + b"%b" + _SELECTED_TAIL
-# The encoded ends of the answers a connection gives most (by option id) are kept,
-# at most this many, of ids at most this long: peers choose the ids.
+# The encoded ends of a connection's answers are kept by option id (agents offer
+# the same few ids again and again): the first this many ids, of at most this many
+# characters (peers choose the ids).
 SELECTED_ENDS_HELD: Final = 64
 SELECTED_END_ID_MAX: Final = 64
+# Queued frames are joined this many at a time, so a backlog (a peer that does not
+# read) holds little more than its bytes; fewer are joined only when taken.
+FRAMES_PER_CHUNK: Final = 256
 _json: Final = msgspec.json.Encoder()
 
 
@@ -406,6 +410,7 @@ class Connection:
     __slots__ = (
         "_backlog",
         "_backlog_bytes",
+        "_chunked_at",
         "_clock",
         "_dispatching",
         "_encode_frame",
@@ -478,8 +483,9 @@ class Connection:
         self._starting: list[tuple[Question, AsyncHandler]] = []
         self._timed: set[PermissionRegistration] = set()
         self._events: list[Event] = []
-        self._outbuf: list[bytes] = []  # frames, joined when taken
+        self._outbuf: list[bytes] = []  # chunks of joined frames, then frames
         self._outbuf_size = 0
+        self._chunked_at = FRAMES_PER_CHUNK  # the length at which the frames are joined
         self._newline = spec.framer is NewlineFramer
         self._selected_ends: dict[str, bytes] = {}
         self._write_failed = False
@@ -495,12 +501,13 @@ class Connection:
 
     def data_to_send(self) -> bytes:
         """Take every byte queued for the peer (empty when there is none)."""
-        frames = self._outbuf
-        if not frames:
+        queued = self._outbuf
+        if not queued:
             return b""
         self._outbuf = []
         self._outbuf_size = 0
-        return frames[0] if len(frames) == 1 else b"".join(frames)
+        self._chunked_at = FRAMES_PER_CHUNK
+        return queued[0] if len(queued) == 1 else b"".join(queued)
 
     @property
     def bytes_queued(self) -> int:
@@ -519,6 +526,7 @@ class Connection:
         self._write_failed = True
         self._outbuf = []
         self._outbuf_size = 0
+        self._chunked_at = FRAMES_PER_CHUNK
 
     def _queue(self, body: bytes) -> None:
         self._queue_frame(self._encode_frame(body))
@@ -526,9 +534,14 @@ class Connection:
     def _queue_frame(self, frame: bytes) -> None:
         if self._write_failed:
             return  # a dead transport is the only reason an answer is dropped
-        idle = not self._outbuf  # else the driver was told, and has yet to take them
-        self._outbuf.append(frame)
+        queued = self._outbuf
+        idle = not queued  # else the driver was told, and has yet to take them
+        queued.append(frame)
         self._outbuf_size += len(frame)
+        if len(queued) >= self._chunked_at:  # (a bytes object costs ~40 B besides its data)
+            chunks = self._chunked_at - FRAMES_PER_CHUNK
+            queued[chunks:] = [b"".join(queued[chunks:])]
+            self._chunked_at = chunks + 1 + FRAMES_PER_CHUNK
         if idle and self._on_output is not None and not self._dispatching:
             self._on_output()
 

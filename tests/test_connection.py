@@ -1272,6 +1272,10 @@ class _StrSubclass(str):
     pass
 
 
+def _another_id(request_id: Any) -> Any:
+    return request_id + 1 if type(request_id) is int else request_id
+
+
 @given(
     request_id=REQUEST_IDS,
     offered_ids=st.lists(st.sampled_from(["allow", "deny", "\ud800", "é"]), min_size=1, max_size=3),
@@ -1294,20 +1298,45 @@ def test_a_checked_selection_in_one_step_is_the_long_way_or_nothing(
     answer = Cancelled() if cancel else Selected(chosen, meta=meta)
     for dialect, framer in FRAMERS.items():
         conn = Connection(dialect)  # type: ignore[arg-type]
-        for _ in range(2):  # the second from the encoded end the first kept
-            frame = conn._selected_frame(request_id, answer, offered)
+        for answer_id in (request_id, _another_id(request_id)):  # (the second from the
+            frame = conn._selected_frame(answer_id, answer, offered)  # end the first kept)
             if frame is None:  # left to the long way: all but the plainest selection
                 simple = type(request_id) is int and type(chosen) is str and meta is None
                 assert cancel or not simple or chosen not in offered_ids or chosen == "\ud800"
                 break
             assert not cancel and type(request_id) is int and type(chosen) is str
             assert meta is None
-            body = _permission_answer(request_id, checked_decision(answer, offered))
+            body = _permission_answer(answer_id, checked_decision(answer, offered))
             assert frame == framer.encode(body)
             assert msgspec.json.decode(body)["result"]["outcome"] == {
                 "outcome": "selected",
                 "optionId": chosen,
             }
+
+
+def test_a_backlog_of_answers_holds_little_more_than_its_bytes() -> None:
+    # A peer that sends requests and never reads: what the queued answers take is
+    # about what bytes_queued counts (the driver stops reading past a limit of it),
+    # not 1.5 times that, as one bytes object per answer took (and 3.6 times while
+    # they were joined).
+    conn = Connection("acp")
+    requests = b"".join(json.dumps(ask(n)).encode() + b"\n" for n in range(20_000))
+    tracemalloc.start()
+    try:
+        conn.receive_data(requests)  # (no registration: each answered cancelled at once)
+        queued = conn.bytes_queued
+        with_answers = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        wire = conn.data_to_send()
+        taking = tracemalloc.get_traced_memory()[1] - with_answers
+        assert len(wire) == queued and wire.count(b"\n") == 20_000
+        del wire
+        held = with_answers - tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert conn.bytes_queued == 0
+    assert held < 1.1 * queued
+    assert taking < 1.1 * queued
 
 
 def test_the_encoded_ends_of_answers_kept_are_few_and_short() -> None:
