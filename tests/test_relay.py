@@ -1,0 +1,391 @@
+"""The relay: its pending registry without an event loop, then the trio API with a client."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import pytest
+import trio
+import trio.testing
+from hypothesis import given
+from hypothesis import strategies as st
+
+import permclient
+from permclient import Cancelled, PermissionOption, Selected
+from permclient.relay import (
+    REMEMBERED_ENDINGS,
+    VIEW_NAME_MAX,
+    AnswerRefused,
+    PendingRegistry,
+    Relay,
+    RelayEvent,
+    Requested,
+    Resolved,
+    Subscription,
+    Withdrawn,
+    decision_of,
+)
+
+from .peer import CANCELLED, FakePeer, connected, selected
+
+ALLOW_DENY = (
+    PermissionOption("allow", "Allow", "allow_once"),
+    PermissionOption("deny", "Deny", "reject_once"),
+)
+
+
+def add(registry: PendingRegistry, session_id: str = "s1", call: str = "c1") -> str:
+    event = registry.add(session_id, call, f"run {call}", "execute", ALLOW_DENY, msgspec.Raw(b"{}"))
+    return event.question.question_id
+
+
+# ------------------------------------------------------------- the registry alone
+
+
+def test_ids_are_stable_unique_and_not_guessable_across_registries() -> None:
+    first, second = PendingRegistry(), PendingRegistry()
+    ids = [add(first, call=f"c{n}") for n in range(3)]
+    assert len(set(ids)) == 3
+    assert [event.question.question_id for event in first.pending()] == ids  # replay: same ids
+    assert add(second) not in ids  # (each registry's ids carry its own random part)
+
+
+def test_the_replay_is_what_is_pending_oldest_first() -> None:
+    registry = PendingRegistry()
+    a, b, c = (add(registry, call=call) for call in ("ca", "cb", "cc"))
+    registry.answer(b, {"outcome": "selected", "optionId": "allow"}, "view-1")
+    registry.withdraw(c, "peer")
+    assert [event.question.question_id for event in registry.pending()] == [a]
+    assert registry.pending()[0].question.tool_call_id == "ca"
+
+
+def test_the_first_valid_answer_wins_and_a_second_changes_nothing() -> None:
+    registry = PendingRegistry()
+    question_id = add(registry)
+    result = registry.answer(question_id, {"outcome": "selected", "optionId": "deny"}, "A")
+    assert result == (Selected("deny"), Resolved(question_id, "selected", "deny", "A"))
+    again = registry.answer(question_id, {"outcome": "selected", "optionId": "allow"}, "B")
+    assert again == AnswerRefused(question_id, "already answered by A")
+    assert registry.ending(question_id) == Resolved(question_id, "selected", "deny", "A")
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        {"outcome": "selected", "optionId": "other"},
+        {"outcome": "selected"},
+        {"outcome": "selected", "optionId": None},
+        {"outcome": "selected", "optionId": ["allow"]},
+        {"outcome": "allow"},
+        {"outcome": "cancelled"},
+        {"optionId": "allow"},
+        None,
+        "allow",
+        ["selected", "allow"],
+        Selected("other"),
+        Cancelled(),
+    ],
+    ids=repr,
+)
+def test_anything_but_an_offered_option_id_resolves_cancelled(answer: Any) -> None:
+    registry = PendingRegistry()
+    question_id = add(registry)
+    result = registry.answer(question_id, answer, "A")
+    assert result == (Cancelled(), Resolved(question_id, "cancelled", None, "A"))
+
+
+class _Str(str):
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    __hash__ = str.__hash__
+
+
+@given(
+    answer=st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+        lambda inner: (
+            st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=9), inner, max_size=3)
+        ),
+        max_leaves=8,
+    )
+    | st.fixed_dictionaries({"outcome": st.just("selected"), "optionId": st.text(max_size=6)})
+)
+def test_only_an_exact_offered_selection_is_selected(answer: Any) -> None:
+    options = PendingRegistry().add("s", "c", None, None, ALLOW_DENY, msgspec.Raw(b"{}"))
+    decision = decision_of(answer, options.question.options)
+    exact = (
+        type(answer) is dict
+        and answer.get("outcome") == "selected"
+        and answer.get("optionId") in ("allow", "deny")
+        and type(answer.get("optionId")) is str
+    )
+    assert decision == (Selected(answer["optionId"]) if exact else Cancelled())
+
+
+def test_an_option_id_that_is_a_str_subclass_is_cancelled() -> None:
+    options = PendingRegistry().add("s", "c", None, None, ALLOW_DENY, msgspec.Raw(b"{}"))
+    tricky = {"outcome": "selected", "optionId": _Str("anything")}
+    assert decision_of(tricky, options.question.options) == Cancelled()
+
+
+def test_answers_naming_nothing_or_another_session_are_refused_and_change_nothing() -> None:
+    registry = PendingRegistry()
+    question_id = add(registry, session_id="s1")
+    allow = {"outcome": "selected", "optionId": "allow"}
+    assert registry.answer("q-nope", allow, "A") == AnswerRefused("q-nope", "no such question")
+    assert registry.answer(7, allow, "A") == AnswerRefused("", "the answer names no question")
+    refused = registry.answer(question_id, allow, "A", session_id="s2")
+    assert refused == AnswerRefused(question_id, "the answer names another session")
+    long_id = "q" * 100_000
+    assert registry.answer(long_id, allow, "A") == AnswerRefused(
+        long_id[:VIEW_NAME_MAX], "no such question"
+    )
+    assert question_id in registry and len(registry) == 1
+    assert isinstance(registry.answer(question_id, allow, "A", session_id="s1"), tuple)
+
+
+def test_a_question_is_withdrawn_exactly_once_and_never_after_its_answer() -> None:
+    registry = PendingRegistry()
+    withdrawn_id, answered_id = add(registry, call="c1"), add(registry, call="c2")
+    assert registry.withdraw(withdrawn_id, "peer") == Withdrawn(withdrawn_id, "peer")
+    assert registry.withdraw(withdrawn_id, "teardown") is None
+    refused = registry.answer(withdrawn_id, {"outcome": "cancelled"}, "A")
+    assert refused == AnswerRefused(withdrawn_id, "withdrawn (peer)")
+    registry.answer(answered_id, {"outcome": "cancelled"}, "A")
+    assert registry.withdraw(answered_id, "timeout") is None
+    assert registry.withdraw_all("shutdown") == []
+
+
+def test_withdraw_all_withdraws_every_pending_question() -> None:
+    registry = PendingRegistry()
+    ids = [add(registry, call=f"c{n}") for n in range(3)]
+    assert registry.withdraw_all("shutdown") == [Withdrawn(i, "shutdown") for i in ids]
+    assert len(registry) == 0 and registry.pending() == []
+
+
+def test_endings_are_kept_for_the_latest_questions_only() -> None:
+    registry = PendingRegistry()
+    ids = [add(registry, call=f"c{n}") for n in range(REMEMBERED_ENDINGS + 1)]
+    for question_id in ids:
+        registry.withdraw(question_id, "turn")
+    assert registry.ending(ids[0]) is None  # forgotten: the memory is bounded
+    assert registry.ending(ids[-1]) == Withdrawn(ids[-1], "turn")
+    assert registry.answer(ids[0], None, "A") == AnswerRefused(ids[0], "no such question")
+
+
+def test_a_view_name_is_cut_short() -> None:
+    registry = PendingRegistry()
+    question_id = add(registry)
+    result = registry.answer(question_id, None, "v" * 10_000)
+    assert isinstance(result, tuple) and result[1].by == "v" * VIEW_NAME_MAX
+
+
+def test_events_encode_with_their_type() -> None:
+    registry = PendingRegistry()
+    requested = registry.add("s", "c", "t", "execute", ALLOW_DENY, msgspec.Raw(b'{"x":1}'))
+    wire = msgspec.json.decode(msgspec.json.encode(requested))
+    assert wire["type"] == "requested"
+    assert wire["question"]["options"][0] == {
+        "optionId": "allow",
+        "name": "Allow",
+        "kind": "allow_once",
+    }
+    assert wire["question"]["request"] == {"x": 1}
+
+
+# ------------------------------------------------------------- the relay, with a client
+
+
+async def next_events(subscription: Subscription, count: int) -> list[RelayEvent]:
+    with trio.fail_after(5):
+        return [await subscription.receive() for _ in range(count)]
+
+
+async def test_every_view_sees_a_question_and_the_first_answer_resolves_it_for_all() -> None:
+    relay = Relay()
+    async with connected("acp") as (client, peer):
+        with (
+            client.permission_handler("s1", relay.handler),
+            relay.subscribe("A") as a,
+            relay.subscribe("B") as b,
+        ):
+            request_id = await peer.ask_permission("s1", "c1")
+            [requested] = await next_events(a, 1)
+            assert await next_events(b, 1) == [requested]
+            assert isinstance(requested, Requested)
+            question_id = requested.question.question_id
+            assert requested.question.session_id == "s1"
+            assert requested.question.tool_call_id == "c1"
+            allow = {"outcome": "selected", "optionId": "allow"}
+            resolved = relay.answer(question_id, allow, view="A")
+            assert resolved == Resolved(question_id, "selected", "allow", "A")
+            assert await peer.receive() == {
+                "jsonrpc": "2.0",
+                "id": request_id,
+                "result": selected("allow"),
+            }
+            assert await next_events(a, 1) == [resolved]
+            assert await next_events(b, 1) == [resolved]
+            late = relay.answer(question_id, {"outcome": "cancelled"}, view="B")
+            assert late == AnswerRefused(question_id, "already answered by A")
+            assert relay.pending() == []
+
+
+async def test_a_view_that_subscribes_late_gets_exactly_what_is_still_pending() -> None:
+    relay = Relay()
+    async with connected("acp") as (client, peer):
+        with client.permission_handler("s1", relay.handler):
+            for call in ("c1", "c2", "c3"):
+                await peer.ask_permission("s1", call)
+            await trio.testing.wait_all_tasks_blocked()
+            first, second, third = relay.pending()
+            relay.answer(second.question_id, {"outcome": "cancelled"}, view="A")
+            assert (await peer.receive())["result"] == CANCELLED
+            with relay.subscribe("reloaded") as view:
+                replay = await next_events(view, 2)
+                assert replay == [Requested(first), Requested(third)]
+                relay.answer(first.question_id, Selected("deny"), view="reloaded")
+                assert await next_events(view, 1) == [
+                    Resolved(first.question_id, "selected", "deny", "reloaded")
+                ]
+            assert (await peer.receive())["result"] == selected("deny")
+
+
+async def test_a_peer_cancel_withdraws_the_question_for_every_view_once() -> None:
+    relay = Relay()
+    async with connected("acp") as (client, peer):
+        with client.permission_handler("s1", relay.handler), relay.subscribe("A") as view:
+            request_id = await peer.ask_permission("s1", "c1")
+            [requested] = await next_events(view, 1)
+            assert isinstance(requested, Requested)
+            question_id = requested.question.question_id
+            await peer.notify("$/cancel_request", {"requestId": request_id})
+            assert await next_events(view, 1) == [Withdrawn(question_id, "peer")]
+            assert (await peer.receive())["result"] == CANCELLED
+            refused = relay.answer(question_id, Selected("allow"), view="A")
+            assert refused == AnswerRefused(question_id, "withdrawn (peer)")
+            assert await relay.wait(question_id) == Withdrawn(question_id, "peer")
+
+
+async def test_an_answer_naming_no_offered_option_answers_the_agent_cancelled() -> None:
+    relay = Relay()
+    async with connected("acp") as (client, peer):
+        with client.permission_handler("s1", relay.handler):
+            await peer.ask_permission("s1", "c1")
+            await trio.testing.wait_all_tasks_blocked()
+            [question] = relay.pending()
+            resolved = relay.answer(
+                question.question_id, {"outcome": "selected", "optionId": "yolo"}, view="A"
+            )
+            assert resolved == Resolved(question.question_id, "cancelled", None, "A")
+            assert (await peer.receive())["result"] == CANCELLED
+
+
+async def test_closing_the_relay_cancels_what_is_pending_and_what_comes_later() -> None:
+    relay = Relay()
+    async with connected("acp") as (client, peer):
+        with client.permission_handler("s1", relay.handler), relay.subscribe("A") as view:
+            await peer.ask_permission("s1", "c1")
+            [requested] = await next_events(view, 1)
+            assert isinstance(requested, Requested)
+            relay.close()
+            assert (await peer.receive())["result"] == CANCELLED
+            question_id = requested.question.question_id
+            assert await next_events(view, 1) == [Withdrawn(question_id, "shutdown")]
+            with pytest.raises(trio.EndOfChannel):
+                await view.receive()
+            await peer.ask_permission("s1", "c2")
+            assert (await peer.receive())["result"] == CANCELLED  # refused at once
+            with relay.subscribe("B") as late, pytest.raises(trio.EndOfChannel):
+                await late.receive()
+
+
+async def test_the_client_closing_withdraws_every_question_and_selects_nothing() -> None:
+    relay = Relay()
+    ours, theirs = trio.testing.memory_stream_pair()
+    peer = FakePeer(theirs, "acp")  # type: ignore[arg-type]
+    with relay.subscribe("A") as view:
+        async with permclient.open_client(ours, dialect="acp") as client:  # type: ignore[arg-type]
+            client.permission_handler("s1", relay.handler)
+            await peer.ask_permission("s1", "c1")
+            [requested] = await next_events(view, 1)
+        assert isinstance(requested, Requested)
+        question_id = requested.question.question_id
+        assert await next_events(view, 1) == [Withdrawn(question_id, "teardown")]
+        assert (await peer.receive())["result"] == CANCELLED
+        assert relay.pending() == []
+
+
+async def test_a_view_that_falls_behind_is_dropped_and_the_others_go_on() -> None:
+    relay = Relay(view_buffer=2)
+    async with connected("acp") as (client, peer):
+        with client.permission_handler("s1", relay.handler):
+            with relay.subscribe("slow") as slow, relay.subscribe("fast") as fast:
+                for n in range(3):
+                    await peer.ask_permission("s1", f"c{n}")
+                    await next_events(fast, 1)
+                assert slow.dropped and not fast.dropped
+                assert len(await next_events(slow, 2)) == 2  # what it had, then the end
+                with pytest.raises(trio.EndOfChannel):
+                    await slow.receive()
+            assert len(relay.pending()) == 2 + 1  # nothing was failed by the drop
+
+
+async def test_wait_returns_an_ending_that_came_before_it_was_awaited() -> None:
+    relay = Relay()
+    async with connected("acp") as (client, peer):
+        with client.permission_handler("s1", relay.handler):
+            await peer.ask_permission("s1", "c1")
+            await peer.ask_permission("s1", "c2")
+            await trio.testing.wait_all_tasks_blocked()
+            early, later = relay.pending()
+            relay.answer(early.question_id, Selected("allow"), view="A")
+            assert await relay.wait(early.question_id) == Resolved(
+                early.question_id, "selected", "allow", "A"
+            )
+            async with trio.open_nursery() as nursery:
+                endings: list[Any] = []
+
+                async def wait_for_later() -> None:
+                    endings.append(await relay.wait(later.question_id))
+
+                nursery.start_soon(wait_for_later)
+                await trio.testing.wait_all_tasks_blocked()
+                assert endings == []
+                relay.answer(later.question_id, Cancelled(), view="B")
+            assert endings == [Resolved(later.question_id, "cancelled", None, "B")]
+            with pytest.raises(KeyError):
+                await relay.wait("q-unknown")
+
+
+async def test_fifty_sessions_pending_at_once_each_answer_reaches_its_own_session() -> None:
+    relay = Relay()
+    sessions = [f"sess-{n}" for n in range(50)]
+    async with connected("acp") as (client, peer):
+        for session_id in sessions:
+            client.permission_handler(session_id, relay.handler)
+        ids = {
+            await peer.ask_permission(
+                s,
+                f"call-{s}",
+                options=[
+                    {"optionId": f"allow-{s}", "name": "Allow", "kind": "allow_once"},
+                    {"optionId": "deny", "name": "Deny", "kind": "reject_once"},
+                ],
+            ): s
+            for s in sessions
+        }
+        await trio.testing.wait_all_tasks_blocked()
+        pending = relay.pending()
+        assert len(pending) == 50
+        for question in reversed(pending):
+            option = f"allow-{question.session_id}"
+            assert question.tool_call_id == f"call-{question.session_id}"
+            relay.answer(
+                question.question_id, Selected(option), view="A", session_id=question.session_id
+            )
+        for _ in sessions:
+            answer = await peer.receive()
+            assert answer["result"] == selected(f"allow-{ids[answer['id']]}")
