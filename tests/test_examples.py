@@ -13,6 +13,7 @@ import re
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -121,6 +122,97 @@ def test_card_inbox_survives_commands_for_cards_that_never_open_and_odd_digits(
     assert "card 3 has options 1-4, or x" in out  # 4,301 digits: not a number, no crash
 
 
+class LineSocket:
+    """A TCP client reading lines, each wait bounded."""
+
+    def __init__(self, port: int, opened: list[socket.socket]) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=WAIT_S)
+        opened.append(self.sock)
+        self.buffer = b""
+
+    def send(self, line: str) -> None:
+        self.sock.sendall(line.encode() + b"\n")
+
+    def line(self) -> bytes:
+        while b"\n" not in self.buffer:
+            data = self.sock.recv(65536)
+            if not data:
+                return b""
+            self.buffer += data
+        line, _, self.buffer = self.buffer.partition(b"\n")
+        return line
+
+    def event(self) -> dict[str, object]:
+        event: dict[str, object] = json.loads(self.line())
+        return event
+
+
+def test_relay_to_anything_takes_answers_from_approvers_over_a_socket(tmp_path: Path) -> None:
+    process = subprocess.Popen(
+        [sys.executable, str(EXAMPLES / "relay_to_anything.py")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=tmp_path,
+    )
+    assert process.stdin is not None and process.stdout is not None
+    assert process.stderr is not None
+    out, err = Reader(process.stdout.fileno()), Reader(process.stderr.fileno())
+    opened: list[socket.socket] = []
+    try:
+        assert out.wait_for(", then the token ", WAIT_S), (out.text(), err.text())
+        found = re.search(r"nc 127\.0\.0\.1 (\d+), then the token (\S+)", out.peek())
+        assert found is not None
+        port, token = int(found.group(1)), found.group(2)
+        intruder = LineSocket(port, opened)
+        intruder.send("not-the-token")
+        assert intruder.event() == {"type": "error", "reason": "wrong token"}
+        assert intruder.line() == b""  # and it was disconnected
+        early, late = LineSocket(port, opened), LineSocket(port, opened)
+        early.send(token)
+        process.stdin.write(b"create notes.txt with hi\ndelete nothing.txt\n")
+        process.stdin.flush()
+        requested = early.event()
+        assert requested["type"] == "requested"
+        question = requested["question"]
+        assert isinstance(question, dict) and question["title"]
+        question_id = question["questionId"]
+        late.send(token)
+        assert late.event() == requested  # the replay: still pending
+        late.send(f"{question_id} no-such-option-is-selected x")  # (three words: refused)
+        assert late.event()["type"] == "answer_refused"
+        late.send(f"{question_id} allow")
+        resolved = {
+            "type": "resolved",
+            "questionId": question_id,
+            "outcome": "selected",
+            "optionId": "allow",
+            "by": "approver-3",
+        }
+        assert late.event() == resolved and early.event() == resolved
+        early.send(f"{question_id} deny")
+        assert early.event() == {
+            "type": "answer_refused",
+            "questionId": question_id,
+            "reason": "already answered by approver-3",
+        }
+        process.stdin.close()  # the delete of a missing file asks nothing: the turns end
+        code = process.wait(WAIT_S)
+    finally:
+        for sock in opened:
+            sock.close()
+        if process.poll() is None:
+            process.kill()
+            process.wait(WAIT_S)
+        process.stdin.close()
+    stdout = out.text()
+    process.stdout.close()
+    process.stderr.close()
+    assert code == 0, (stdout, err.text())
+    assert f"{question_id}: allow (by approver-3)" in stdout
+    assert "files written: notes.txt" in stdout
+
+
 # ------------------------------------------- every program: closed stdin and Ctrl-C
 
 
@@ -163,6 +255,12 @@ PROGRAMS = [
     Program("asyncio_host.py", ("--workspace", "{w}"), "allow? [y/N]", written="notes.txt"),
     # Its own workspace: "files written: none" is the proof.
     Program("card_inbox.py", waiting="[card 6]", approved=r"files written: (?!none)"),
+    Program(
+        "relay_to_anything.py",
+        waiting="(waiting for an approver)",
+        stdin=b"create notes.txt with hi\n",
+        approved=r"files written: (?!none)",
+    ),
     # Its own workspace: what it prints about notes.txt is the proof, in both shapes.
     Program("handler_shapes.py", waiting="permission asked:", approved=r"notes.txt exists"),
     Program(
@@ -221,6 +319,11 @@ class Reader:
     def text(self) -> str:
         self._thread.join(WAIT_S)  # the pipe is at its end once the process is gone
         return self._data.decode(errors="replace")
+
+    def peek(self) -> str:
+        """What was read so far."""
+        with self._changed:
+            return self._data.decode(errors="replace")
 
 
 @pytest.mark.parametrize(
