@@ -315,6 +315,18 @@ def parse_permission_request(frame: bytes) -> _WholePermissionRequest | None:
     return whole
 
 
+class _Params(msgspec.Struct):
+    params: msgspec.Raw = msgspec.Raw()
+
+
+_params_decoder: Final = msgspec.json.Decoder(_Params)
+
+
+def _params_of(frame: bytes) -> msgspec.Raw:
+    """A copy of the params of a request already decoded whole from ``frame``."""
+    return _params_decoder.decode(frame).params.copy()
+
+
 def _request_of(whole: _WholePermissionRequest) -> Request:
     return Request(whole.id, PERMISSION_METHOD, _NO_PARAMS, whole.params)
 
@@ -1178,7 +1190,7 @@ class Connection:
             if size is None or self._over_budget(size) is not None:
                 size = self._admitted(_request_of(whole), frame, None)  # (refused if over)
             if size is not None:
-                self._pend(request_id, request, session_id, offered, top, size)
+                self._pend(request_id, request, session_id, offered, top, size, frame)
             return True
         registrations = tuple(stack)  # the snapshot the rule may change
         answer = self._run_rule(handler, request)
@@ -1238,7 +1250,7 @@ class Connection:
                 return
             size = self._admitted(message, frame, size)
             if size is not None:
-                self._pend(request_id, request, session_id, offered, registration, size)
+                self._pend(request_id, request, session_id, offered, registration, size, frame)
             return
         log.warning(
             "no handler for session %s: permission %s answered cancelled",
@@ -1266,11 +1278,17 @@ class Connection:
         offered: tuple[PermissionOption, ...],
         registration: PermissionRegistration,
         size: int,
+        frame: bytes,
     ) -> None:
         """Hold the question for ``registration``'s handler. The request gets back
         the ``session_id`` and ``offered`` options it arrived with (a rule that
         passed may have changed them): the question is routed, checked and shown
         by those."""
+        handler = registration.handler
+        raw_params = None
+        if type(handler) is Deferred and handler.keeps_raw_params:
+            raw_params = _params_of(frame)
+            size += len(raw_params)
         timeout = registration.timeout
         started = self._clock() if self._telemetry is not None or timeout is not None else 0.0
         many = len(self._questions) >= SHARE_OPTIONS_FROM
@@ -1279,6 +1297,7 @@ class Connection:
         request.session_id = session_id
         own_raw_json(request.tool_call)
         question = Question(self, request_id, request, started, registration, shared, size)
+        question.raw_params = raw_params
         self._pending_bytes += size
         self._questions[request_id] = question
         registration.pending[question] = None
@@ -1286,7 +1305,6 @@ class Connection:
             question.deadline = started + timeout
             self._timed.add(registration)
         self.tool_calls.begin_approval(question._session_id, request.tool_call)
-        handler = registration.handler
         if type(handler) is Deferred:
             try:
                 handler.function(question)

@@ -11,6 +11,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Final, Generic, Literal, TypeAlias, TypeVar
 
+import msgspec
+
 from ._messages import RequestId
 from ._wire import Cancelled, Decision, PermissionOption, PermissionRequest, Selected
 
@@ -54,7 +56,11 @@ class Rule(_Declared[RuleFunction]):
 class Deferred(_Declared[DeferredFunction]):
     """A deferred handler: see :func:`deferred`."""
 
-    __slots__ = ()
+    __slots__ = ("keeps_raw_params",)
+
+    def __init__(self, function: DeferredFunction, *, keeps_raw_params: bool = False) -> None:
+        super().__init__(function)
+        self.keeps_raw_params = keeps_raw_params
 
 
 PermissionHandler: TypeAlias = Rule | Deferred | AsyncHandler
@@ -75,7 +81,7 @@ def rule(function: RuleFunction) -> Rule:
     return Rule(function)
 
 
-def deferred(function: DeferredFunction) -> Deferred:
+def deferred(function: DeferredFunction, *, raw_params: bool = False) -> Deferred:
     """Declare ``function(question) -> None`` a deferred handler.
 
     It is called as the request arrives and returns at once; the answer comes
@@ -86,8 +92,13 @@ def deferred(function: DeferredFunction) -> Deferred:
     it: the callbacks given to :meth:`Question.on_withdraw` run and any later
     answer is refused. A function that raises before answering answers
     ``cancelled``. Usable as a decorator.
+
+    With ``raw_params=True`` each question also keeps the request's params exactly
+    as they arrived (:attr:`Question.raw_params`), fields the client does not know
+    included: for a handler that stores or forwards requests (a relay). They count
+    against the client's ``max_pending_bytes``.
     """
-    return Deferred(function)
+    return Deferred(function, keeps_raw_params=raw_params)
 
 
 class Question:
@@ -111,6 +122,7 @@ class Question:
         "_size",
         "_tool_call_id",
         "deadline",
+        "raw_params",
         "request",
         "started",
         "withdrawn_by",
@@ -139,6 +151,9 @@ class Question:
         self.deadline: float | None = None
         self.withdrawn_by: WithdrawnBy | None = None
         """Why the question was withdrawn, or ``None``."""
+        self.raw_params: msgspec.Raw | None = None
+        """The request's params as they arrived (JSON), for a handler declared with
+        ``deferred(fn, raw_params=True)``; ``None`` for any other."""
         self._on_withdraw: list[Callable[[WithdrawnBy], object]] | None = None
         # The driver's hook, called however the question is settled (it cancels an
         # async handler's scope: its answer is no longer wanted).

@@ -37,8 +37,9 @@ class RelayQuestion(msgspec.Struct, rename="camel", frozen=True):
     """A pending question as every view sees it.
 
     ``question_id`` is the registry's own, stable for the question's life and
-    unguessable; ``request`` is the ``session/request_permission`` params as the
-    client received them (JSON), for a view that shows more than the summary.
+    unguessable; ``request`` is the ``session/request_permission`` params exactly as
+    the client received them (JSON, fields and content types it does not know
+    included), for a view that shows more than the summary or forwards the request.
     """
 
     question_id: str

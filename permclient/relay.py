@@ -136,7 +136,7 @@ class Relay:
         self._subscriptions: list[Subscription] = []
         self._ended: dict[str, trio.Event] = {}  # waited-on questions
         self._closed = False
-        self.handler: Deferred = deferred(self._ask)
+        self.handler: Deferred = deferred(self._ask, raw_params=True)
         """The deferred permission handler: register it for the sessions to relay."""
 
     @property
@@ -231,15 +231,15 @@ class Relay:
         if self._closed:
             question.cancel()
             return
-        request = question.request
-        tool_call = request.tool_call
+        tool_call = question.request.tool_call
+        raw = question.raw_params  # (verbatim: fields the client does not know kept)
         requested = self._registry.add(
             question.session_id,
             tool_call.tool_call_id,
             tool_call.title,
             tool_call.kind,
             question.offered,
-            msgspec.Raw(msgspec.json.encode(request)),
+            raw if raw is not None else msgspec.Raw(msgspec.json.encode(question.request)),
         )
         question_id = requested.question.question_id
         self._questions[question_id] = question

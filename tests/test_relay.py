@@ -27,7 +27,7 @@ from permclient.relay import (
     decision_of,
 )
 
-from .peer import CANCELLED, FakePeer, connected, selected
+from .peer import CANCELLED, FakePeer, connected, permission_params, selected
 
 ALLOW_DENY = (
     PermissionOption("allow", "Allow", "allow_once"),
@@ -389,3 +389,40 @@ async def test_fifty_sessions_pending_at_once_each_answer_reaches_its_own_sessio
         for _ in sessions:
             answer = await peer.receive()
             assert answer["result"] == selected(f"allow-{ids[answer['id']]}")
+
+
+async def test_a_request_is_kept_verbatim_with_what_the_client_does_not_know() -> None:
+    relay = Relay()
+    extra = {"futureField": {"nested": [1, "two", None]}, "_meta": {"vendor": "x"}}
+    async with connected("acp") as (client, peer):
+        with client.permission_handler("s1", relay.handler), relay.subscribe("A") as view:
+            await peer.ask_permission("s1", "c1", **extra)
+            [requested] = await next_events(view, 1)
+    assert isinstance(requested, Requested)
+    assert bytes(requested.question.request) == msgspec.json.encode(
+        permission_params("s1", "c1", **extra)
+    )
+
+
+async def test_only_a_deferred_handler_that_asks_for_them_keeps_the_raw_params() -> None:
+    kept: list[permclient.Question] = []
+    async with connected("acp") as (client, peer):
+        plain_handler = permclient.deferred(kept.append)
+        raw_handler = permclient.deferred(kept.append, raw_params=True)
+        with (
+            client.permission_handler("s-plain", plain_handler),
+            client.permission_handler("s-raw--", raw_handler),  # (names of one length)
+        ):
+            await peer.ask_permission("s-plain", "c1", futureField=1)
+            await peer.ask_permission("s-raw--", "c2", futureField=2)
+            await trio.testing.wait_all_tasks_blocked()
+            plain, raw = kept
+            assert plain.raw_params is None
+            assert raw.raw_params is not None
+            assert msgspec.json.decode(raw.raw_params)["futureField"] == 2
+            freed = []
+            for question in (plain, raw):
+                before = client.statistics().connection.pending_bytes
+                question.cancel()
+                freed.append(before - client.statistics().connection.pending_bytes)
+            assert freed[1] - freed[0] == len(raw.raw_params)  # counted against the budget
