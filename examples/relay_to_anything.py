@@ -11,10 +11,11 @@ first line must be the token this program prints (anything else, or nothing with
 10 s, and it is disconnected). It then gets one JSON event per line: every question
 still pending (``{"type": "requested", ...}``), then every new question and how
 each one ends (``resolved``, naming the approver that answered, or ``withdrawn``).
-It answers with lines ``QUESTION_ID OPTION_ID`` (pick an option) or ``QUESTION_ID
-x`` (dismiss); a refused answer gets ``{"type": "answer_refused", ...}``. Any
-number of approvers may connect, leave and come back: a question stays pending
-until one answers it, and the first answer wins.
+It answers with lines ``QUESTION_ID OPTION_ID`` (pick an option) or just
+``QUESTION_ID`` (dismiss); a refused answer gets ``{"type": "answer_refused", ...}``.
+Up to 16 approvers may be connected at once; they may leave and come back: a
+question stays pending until one answers it, and the first answer wins. One that
+stops reading for 10 s is disconnected.
 
 End of input lets the turns under way finish (a question no approver answers
 within ``--timeout`` seconds is cancelled); Ctrl-C cancels every open question,
@@ -29,7 +30,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import secrets
 import sys
@@ -44,7 +44,9 @@ from permclient.acp import AcpAgent, AcpSession
 from permclient.relay import AnswerRefused, Relay, Requested, Resolved, Subscription
 
 TOKEN_WAIT_S = 10
+SEND_WAIT_S = 10  # an approver that takes no events for this long is disconnected
 MAX_LINE = 4096  # an approver's line longer than this disconnects it
+MAX_APPROVERS = 16  # connections at once, logged in or not
 
 
 class Approver:
@@ -53,6 +55,7 @@ class Approver:
     def __init__(self, relay: Relay, token: str, stream: trio.SocketStream, name: str) -> None:
         self.relay, self.token, self.stream, self.name = relay, token, stream, name
         self.buffer = b""
+        self.sending = trio.Lock()  # events and refusals go out one whole line at a time
 
     async def line(self) -> bytes | None:
         """The next line (without its end), or ``None`` at end of input or past MAX_LINE."""
@@ -67,13 +70,15 @@ class Approver:
         return line.rstrip(b"\r")
 
     async def send(self, event: object) -> None:
-        await self.stream.send_all(msgspec.json.encode(event) + b"\n")
+        async with self.sending:
+            with trio.fail_after(SEND_WAIT_S):
+                await self.stream.send_all(msgspec.json.encode(event) + b"\n")
 
     async def serve(self) -> None:
         with trio.move_on_after(TOKEN_WAIT_S):
             given = await self.line()
         if not secrets.compare_digest((given or b"").strip(), self.token.encode()):
-            await self.stream.send_all(b'{"type": "error", "reason": "wrong token"}\n')
+            await self.send({"type": "error", "reason": "wrong token"})
             return
         print(f"{self.name} connected")
         with self.relay.subscribe(self.name) as events:
@@ -91,17 +96,14 @@ class Approver:
 
     async def answer(self, line: bytes) -> None:
         words = line.decode("utf-8", "replace").split()
-        if len(words) != 2:
-            await self.send(AnswerRefused("", "expected: QUESTION_ID OPTION_ID, or QUESTION_ID x"))
+        if len(words) not in (1, 2):
+            await self.send(AnswerRefused("", "expected: QUESTION_ID OPTION_ID, or QUESTION_ID"))
             return
-        question_id, choice = words
+        question_id = words[0]
         decision = (
-            {"outcome": "cancelled"}
-            if choice == "x"
-            else {
-                "outcome": "selected",
-                "optionId": choice,
-            }
+            {"outcome": "selected", "optionId": words[1]}
+            if len(words) == 2
+            else {"outcome": "cancelled"}
         )
         result = self.relay.answer(question_id, decision, view=self.name)
         if isinstance(result, AnswerRefused):
@@ -109,14 +111,21 @@ class Approver:
 
 
 async def serve_approvers(relay: Relay, token: str, task_status: trio.TaskStatus[int]) -> None:
-    count = 0
+    count = connected = 0
 
     async def handle(stream: trio.SocketStream) -> None:
-        nonlocal count
+        nonlocal count, connected
+        if connected >= MAX_APPROVERS:
+            return  # (closed at once)
         count += 1
-        # One that goes away leaves its questions pending for the others.
-        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-            await Approver(relay, token, stream, f"approver-{count}").serve()
+        connected += 1
+        name = f"approver-{count}"
+        try:
+            await Approver(relay, token, stream, name).serve()
+        except* (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError):
+            print(f"{name} disconnected")  # its questions stay pending for the others
+        finally:
+            connected -= 1
 
     listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
     task_status.started(listeners[0].socket.getsockname()[1])

@@ -1289,6 +1289,10 @@ class Connection:
         if type(handler) is Deferred and handler.keeps_raw_params:
             raw_params = _params_of(frame)
             size += len(raw_params)
+            why = self._over_budget(size)
+            if why is not None:
+                self._refuse(Request(request_id, PERMISSION_METHOD, _NO_PARAMS, request), why)
+                return
         timeout = registration.timeout
         started = self._clock() if self._telemetry is not None or timeout is not None else 0.0
         many = len(self._questions) >= SHARE_OPTIONS_FROM

@@ -36,10 +36,12 @@ class RelayOption(msgspec.Struct, rename="camel", frozen=True):
 class RelayQuestion(msgspec.Struct, rename="camel", frozen=True):
     """A pending question as every view sees it.
 
-    ``question_id`` is the registry's own, stable for the question's life and
-    unguessable; ``request`` is the ``session/request_permission`` params exactly as
-    the client received them (JSON, fields and content types it does not know
-    included), for a view that shows more than the summary or forwards the request.
+    ``question_id`` is the registry's own, stable for the question's life (a
+    number and a random part per registry: ids of another registry, or of an
+    earlier run, name nothing here); ``request`` is the ``session/request_permission``
+    params as the client received them (JSON, fields it does not know included,
+    whitespace between tokens removed), for a view that shows more than the summary
+    or forwards the request.
     """
 
     question_id: str
@@ -66,7 +68,9 @@ class Resolved(msgspec.Struct, tag="resolved", tag_field="type", rename="camel",
     by: str
 
 
-WithdrawnReason: TypeAlias = Literal["peer", "turn", "timeout", "teardown", "shutdown"]
+WithdrawnReason: TypeAlias = Literal[
+    "peer", "turn", "timeout", "teardown", "shutdown", "answered elsewhere"
+]
 
 
 class Withdrawn(msgspec.Struct, tag="withdrawn", tag_field="type", rename="camel", frozen=True):

@@ -32,7 +32,7 @@ from typing import Any, Final
 import msgspec
 import trio
 
-from ._handlers import Deferred, Question, WithdrawnBy, deferred
+from ._handlers import Deferred, Question, deferred
 from ._registry import (
     REMEMBERED_ENDINGS,
     VIEW_NAME_MAX,
@@ -121,6 +121,14 @@ class Subscription:
         self.close()
 
 
+class _Ending:
+    __slots__ = ("ending", "event")
+
+    def __init__(self) -> None:
+        self.ending: Resolved | Withdrawn | None = None
+        self.event = trio.Event()
+
+
 class Relay:
     """A pending registry behind a deferred handler, and the views that answer it.
 
@@ -134,7 +142,7 @@ class Relay:
         self._registry = PendingRegistry()
         self._questions: dict[str, Question] = {}
         self._subscriptions: list[Subscription] = []
-        self._ended: dict[str, trio.Event] = {}  # waited-on questions
+        self._waiters: dict[str, _Ending] = {}  # questions someone waits on
         self._closed = False
         self.handler: Deferred = deferred(self._ask, raw_params=True)
         """The deferred permission handler: register it for the sessions to relay."""
@@ -145,20 +153,20 @@ class Relay:
 
     def pending(self) -> list[RelayQuestion]:
         """Every question still pending, oldest first."""
+        self._sweep()
         return [event.question for event in self._registry.pending()]
 
     def subscribe(self, view: str) -> Subscription:
         """A new view: it first gets a :class:`Requested` for every question still
         pending (the replay), then every event. ``view`` names it to the others (cut
         to VIEW_NAME_MAX characters) when it answers."""
-        subscription = Subscription(self, view[:VIEW_NAME_MAX], self._view_buffer)
+        self._sweep()
+        replay = self._registry.pending()
+        # Room for the whole replay besides what a view may fall behind by: a long
+        # replay never locks a view out.
+        subscription = Subscription(self, view[:VIEW_NAME_MAX], len(replay) + self._view_buffer)
         if self._closed:
             subscription._send.close()  # (its iteration ends at once)
-            return subscription
-        replay = self._registry.pending()
-        if len(replay) > self._view_buffer:  # (it could never catch up)
-            subscription.dropped = True
-            subscription._send.close()
             return subscription
         for event in replay:
             subscription._deliver(event)
@@ -177,11 +185,15 @@ class Relay:
         answer changed nothing (:class:`AnswerRefused`, told to no one else).
         ``session_id``, if given, must be the question's.
         """
+        question = self._questions.get(question_id) if type(question_id) is str else None
+        if question is not None and question.done:  # settled by host code, not by a view
+            self._withdrawn(question_id, "answered elsewhere")
         result = self._registry.answer(question_id, answer, view[:VIEW_NAME_MAX], session_id)
         if isinstance(result, AnswerRefused):
             return result
         decision, resolved = result
-        question = self._questions.pop(resolved.question_id)
+        del self._questions[resolved.question_id]
+        assert question is not None
         question.answer(decision)  # (checked again against what the runtime offered)
         self._ended_now(resolved)
         return resolved
@@ -195,11 +207,12 @@ class Relay:
             return ending
         if question_id not in self._registry:
             raise KeyError(question_id)
-        event = self._ended.setdefault(question_id, trio.Event())
-        await event.wait()
-        ending = self._registry.ending(question_id)
-        assert ending is not None  # (set only once it ended, and just remembered)
-        return ending
+        waiter = self._waiters.get(question_id)
+        if waiter is None:
+            waiter = self._waiters[question_id] = _Ending()
+        await waiter.event.wait()
+        assert waiter.ending is not None  # (set before the event)
+        return waiter.ending
 
     def close(self) -> None:
         """Withdraw every pending question (the runtime gets ``cancelled``, every view
@@ -232,7 +245,9 @@ class Relay:
             question.cancel()
             return
         tool_call = question.request.tool_call
-        raw = question.raw_params  # (verbatim: fields the client does not know kept)
+        raw = question.raw_params  # (fields the client does not know kept)
+        if raw is not None:  # compacted: no line break or CR of the peer's reaches a view
+            raw = msgspec.Raw(msgspec.json.format(raw, indent=-1))
         requested = self._registry.add(
             question.session_id,
             tool_call.tool_call_id,
@@ -246,7 +261,7 @@ class Relay:
         question.on_withdraw(functools.partial(self._withdrawn, question_id))
         self._broadcast(requested)
 
-    def _withdrawn(self, question_id: str, by: WithdrawnBy) -> None:
+    def _withdrawn(self, question_id: str, by: WithdrawnReason) -> None:
         withdrawn = self._registry.withdraw(question_id, by)
         if withdrawn is not None:
             del self._questions[question_id]
@@ -254,9 +269,17 @@ class Relay:
 
     def _ended_now(self, ending: Resolved | Withdrawn) -> None:
         self._broadcast(ending)
-        event = self._ended.pop(ending.question_id, None)
-        if event is not None:
-            event.set()
+        waiter = self._waiters.pop(ending.question_id, None)
+        if waiter is not None:
+            waiter.ending = ending
+            waiter.event.set()
+
+    def _sweep(self) -> None:
+        """Withdraw what host code answered without the relay (through
+        ``client.pending_questions()``, say): no view may answer it again."""
+        for question_id, question in list(self._questions.items()):
+            if question.done:
+                self._withdrawn(question_id, "answered elsewhere")
 
     def _broadcast(self, event: RelayEvent) -> None:
         self._subscriptions = [s for s in self._subscriptions if s._deliver(event)]

@@ -14,6 +14,7 @@ import select
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -177,9 +178,14 @@ def test_relay_to_anything_takes_answers_from_approvers_over_a_socket(tmp_path: 
         question = requested["question"]
         assert isinstance(question, dict) and question["title"]
         question_id = question["questionId"]
+        rude = LineSocket(port, opened)  # logs in, then resets its connection
+        rude.send(token)
+        assert rude.event() == requested
+        rude.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        rude.sock.close()
         late.send(token)
         assert late.event() == requested  # the replay: still pending
-        late.send(f"{question_id} no-such-option-is-selected x")  # (three words: refused)
+        late.send(f"{question_id} no-such-option-is-selected too")  # (three words: refused)
         assert late.event()["type"] == "answer_refused"
         late.send(f"{question_id} allow")
         resolved = {
@@ -205,11 +211,12 @@ def test_relay_to_anything_takes_answers_from_approvers_over_a_socket(tmp_path: 
             process.kill()
             process.wait(WAIT_S)
         process.stdin.close()
-    stdout = out.text()
-    process.stdout.close()
-    process.stderr.close()
-    assert code == 0, (stdout, err.text())
+        stdout, stderr = out.text(), err.text()
+        process.stdout.close()
+        process.stderr.close()
+    assert code == 0, (stdout, stderr)
     assert f"{question_id}: allow (by approver-3)" in stdout
+    assert "approver-4 disconnected" in stdout or "approver-4 left" in stdout
     assert "files written: notes.txt" in stdout
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import msgspec
@@ -12,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import permclient
+import permclient._registry
 from permclient import Cancelled, PermissionOption, Selected
 from permclient.relay import (
     REMEMBERED_ENDINGS,
@@ -426,3 +428,102 @@ async def test_only_a_deferred_handler_that_asks_for_them_keeps_the_raw_params()
                 question.cancel()
                 freed.append(before - client.statistics().connection.pending_bytes)
             assert freed[1] - freed[0] == len(raw.raw_params)  # counted against the budget
+
+
+async def test_a_question_host_code_answered_itself_leaves_the_relay_and_every_view() -> None:
+    relay = Relay()
+    async with connected("acp") as (client, peer):
+        with client.permission_handler("s1", relay.handler), relay.subscribe("A") as view:
+            await peer.ask_permission("s1", "c1")
+            [requested] = await next_events(view, 1)
+            assert isinstance(requested, Requested)
+            [question] = client.pending_questions()
+            assert question.select("deny")  # not through the relay
+            assert (await peer.receive())["result"] == selected("deny")
+            question_id = requested.question.question_id
+            refused = relay.answer(question_id, Selected("allow"), view="A")
+            assert refused == AnswerRefused(question_id, "withdrawn (answered elsewhere)")
+            assert await next_events(view, 1) == [Withdrawn(question_id, "answered elsewhere")]
+            assert relay.pending() == []
+            await assert_no_more_answers(peer)
+
+
+async def assert_no_more_answers(peer: FakePeer) -> None:
+    """Nothing else was written: the next message answers a sentinel request."""
+    await peer.request("sentinel/ping", {}, request_id="sentinel")
+    assert (await peer.receive())["id"] == "sentinel"
+
+
+async def test_a_replay_longer_than_the_view_buffer_still_reaches_a_new_view() -> None:
+    relay = Relay(view_buffer=2)
+    async with connected("acp") as (client, peer):
+        with client.permission_handler("s1", relay.handler):
+            for n in range(5):
+                await peer.ask_permission("s1", f"c{n}")
+            await trio.testing.wait_all_tasks_blocked()
+            with relay.subscribe("reloaded") as view:
+                replay = await next_events(view, 5)
+                assert [event.question.tool_call_id for event in replay] == [  # type: ignore[union-attr]
+                    f"c{n}" for n in range(5)
+                ]
+                assert not view.dropped
+
+
+async def test_a_waiter_gets_its_ending_even_once_the_registry_forgot_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(permclient._registry, "REMEMBERED_ENDINGS", 1)
+    relay = Relay()
+    async with connected("acp") as (client, peer):
+        with client.permission_handler("s1", relay.handler):
+            await peer.ask_permission("s1", "c1")
+            await peer.ask_permission("s1", "c2")
+            await trio.testing.wait_all_tasks_blocked()
+            first, _ = relay.pending()
+            endings: list[Any] = []
+
+            async def wait_first() -> None:
+                endings.append(await relay.wait(first.question_id))
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(wait_first)
+                await trio.testing.wait_all_tasks_blocked()
+                relay.close()  # both end; only the second's ending is remembered
+            assert endings == [Withdrawn(first.question_id, "shutdown")]
+
+
+async def test_a_request_with_line_breaks_reaches_views_on_one_line() -> None:
+    relay = Relay()
+    params = permission_params("s1", "c1", futureField={"a": [1, 2]})
+    pretty = json.dumps(params, indent=2).replace("\n", "\r\n").encode()
+    body = b'{"jsonrpc": "2.0", "id": 1, "method": "session/request_permission",\n "params": '
+    async with connected("bridge") as (client, peer):
+        with client.permission_handler("s1", relay.handler), relay.subscribe("A") as view:
+            message = body + pretty + b"}"
+            await peer.send_raw(b"Content-Length: %d\r\n\r\n%b" % (len(message), message))
+            [requested] = await next_events(view, 1)
+    assert isinstance(requested, Requested)
+    wire = msgspec.json.encode(requested)
+    assert b"\n" not in wire and b"\r" not in wire
+    assert msgspec.json.decode(requested.question.request) == params
+
+
+@pytest.mark.parametrize("raw_params", [False, True])
+async def test_kept_raw_params_count_against_the_pending_budget(raw_params: bool) -> None:
+    # The request alone fits the budget; with its params kept besides, it does not.
+    kept: list[permclient.Question] = []
+    handler = permclient.deferred(kept.append, raw_params=raw_params)
+    async with connected("acp", max_pending_bytes=30_000) as (client, peer):
+        with client.permission_handler("s1", handler):
+            request_id = await peer.ask_permission("s1", "c1", futureField="x" * 16_000)
+            await trio.testing.wait_all_tasks_blocked()
+            if raw_params:
+                assert kept == []
+                assert await peer.receive() == {
+                    "jsonrpc": "2.0",
+                    "id": request_id,
+                    "result": CANCELLED,
+                }
+            else:
+                [question] = kept
+                question.cancel()
