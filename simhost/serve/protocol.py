@@ -1,0 +1,205 @@
+"""The wire between ``simhost serve`` and its views (a browser tab, ``simhost approve``).
+
+One JSON object per WebSocket text message, with a ``type``; camelCase fields.
+Every shape is a msgspec Struct here, and ``docs/relay-protocol.schema.json`` is
+generated from them (:func:`json_schema`). A view's message is decoded by
+:func:`decode_view_message`, which never raises: anything that is not one
+well-formed message of a known type, within MAX_MESSAGE bytes, is an
+:class:`Error` to send back, and changes nothing.
+
+The question events (``requested``, ``resolved``, ``withdrawn``,
+``answer_refused``) are :mod:`permclient.relay`'s, unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Final, Literal, TypeAlias
+
+import msgspec
+
+from permclient.relay import AnswerRefused, Requested, Resolved, Withdrawn
+
+PROTOCOL_VERSION: Final = 1
+# The largest message a view may send (a prompt is the longest): bigger ones are
+# refused before they are decoded.
+MAX_MESSAGE: Final = 64 * 1024
+MAX_PROMPT: Final = 32 * 1024
+MAX_NAME: Final = 64
+
+Preset: TypeAlias = Literal["ask", "read-only", "auto-edit"]
+ViewName: TypeAlias = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NAME)]
+PromptText: TypeAlias = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_PROMPT)]
+
+
+class _ViewMessage(msgspec.Struct, tag_field="type", rename="camel", forbid_unknown_fields=True):
+    pass
+
+
+class Open(_ViewMessage, tag="open"):
+    """The first message of a view: who it is (shown to the others when it answers).
+    The token travels in the URL; this names the view."""
+
+    view: ViewName = "view"
+    version: int = PROTOCOL_VERSION
+
+
+class SelectedDecision(msgspec.Struct, rename="camel", tag_field="outcome", tag="selected"):
+    option_id: str
+
+
+class CancelledDecision(msgspec.Struct, rename="camel", tag_field="outcome", tag="cancelled"):
+    pass
+
+
+ViewDecision: TypeAlias = SelectedDecision | CancelledDecision
+
+
+class Answer(_ViewMessage, tag="answer"):
+    """Answer the question ``questionId`` of ``sessionId`` (cross-checked)."""
+
+    question_id: str
+    session_id: str
+    decision: ViewDecision
+
+
+class Prompt(_ViewMessage, tag="prompt"):
+    session_id: str
+    text: PromptText
+
+
+class CancelTurn(_ViewMessage, tag="cancel_turn"):
+    session_id: str
+
+
+class NewSession(_ViewMessage, tag="new_session"):
+    pass
+
+
+class ListSessions(_ViewMessage, tag="list_sessions"):
+    pass
+
+
+class ListPresets(_ViewMessage, tag="list_presets"):
+    session_id: str
+
+
+class SetPreset(_ViewMessage, tag="set_preset"):
+    """Switch the session's permission preset. It takes effect when the session's
+    next turn starts; switches made meanwhile are held, and the last one wins."""
+
+    session_id: str
+    preset: Preset
+
+
+ViewMessage: TypeAlias = (
+    Open | Answer | Prompt | CancelTurn | NewSession | ListSessions | ListPresets | SetPreset
+)
+
+
+class _ServerMessage(msgspec.Struct, tag_field="type", rename="camel"):
+    pass
+
+
+class Opened(_ServerMessage, tag="opened"):
+    """The view is in; the replay (a ``requested`` per pending question) follows,
+    then ``replayed``."""
+
+    view: str
+    version: int = PROTOCOL_VERSION
+
+
+class Replayed(_ServerMessage, tag="replayed"):
+    """The replay is over: ``count`` questions were pending when the view opened."""
+
+    count: int
+
+
+class SessionInfo(msgspec.Struct, rename="camel"):
+    session_id: str
+    title: str
+    waiting: int  # questions pending
+    running: bool  # a turn is under way
+
+
+class Sessions(_ServerMessage, tag="sessions"):
+    sessions: list[SessionInfo]
+
+
+class SessionEvent(_ServerMessage, tag="session_event"):
+    """Something happened in a session: ``created``, ``turn_started``,
+    ``turn_ended`` (``text``: the stop reason) or ``message`` (``text``: agent text)."""
+
+    session_id: str
+    event: Literal["created", "turn_started", "turn_ended", "message"]
+    text: str = ""
+
+
+class Presets(_ServerMessage, tag="presets"):
+    """A session's presets: the one in force, and one held for the next turn."""
+
+    session_id: str
+    presets: list[Preset]
+    current: Preset
+    pending: Preset | None = None
+
+
+class Error(_ServerMessage, tag="error"):
+    """The view's message changed nothing, and why."""
+
+    reason: str
+
+
+ServerMessage: TypeAlias = (
+    Opened
+    | Replayed
+    | Requested
+    | Resolved
+    | Withdrawn
+    | AnswerRefused
+    | Sessions
+    | SessionEvent
+    | Presets
+    | Error
+)
+
+_view_decoder: Final = msgspec.json.Decoder(ViewMessage)
+_encoder: Final = msgspec.json.Encoder()
+
+
+def decode_view_message(data: str | bytes) -> ViewMessage | Error:
+    """A view's message, or the :class:`Error` to send back (never raises)."""
+    if len(data) > MAX_MESSAGE:
+        return Error(f"message over {MAX_MESSAGE} bytes")
+    try:
+        message = _view_decoder.decode(data)
+    except msgspec.ValidationError as exc:
+        return Error(f"invalid message: {_cut(str(exc))}")
+    except msgspec.DecodeError:
+        return Error("not a JSON message")
+    if isinstance(message, Open) and not message.view.isprintable():
+        return Error("a view's name must be printable")
+    return message
+
+
+def encode(message: ServerMessage) -> bytes:
+    return _encoder.encode(message)
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of both directions (``docs/relay-protocol.schema.json``)."""
+    (view, server), components = msgspec.json.schema_components(
+        [ViewMessage, ServerMessage], ref_template="#/$defs/{name}"
+    )
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": f"simhost serve relay protocol, version {PROTOCOL_VERSION}",
+        "oneOf": [
+            {"title": "view to server", **view},
+            {"title": "server to view", **server},
+        ],
+        "$defs": components,
+    }
+
+
+def _cut(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -1,0 +1,167 @@
+"""The wire between ``simhost serve`` and its views: shapes, limits, the schema file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import msgspec
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from permclient import PermissionOption
+from permclient.relay import PendingRegistry, Resolved
+from simhost.serve.protocol import (
+    MAX_MESSAGE,
+    MAX_NAME,
+    MAX_PROMPT,
+    Answer,
+    CancelledDecision,
+    CancelTurn,
+    Error,
+    ListPresets,
+    ListSessions,
+    NewSession,
+    Open,
+    Opened,
+    Prompt,
+    Replayed,
+    SelectedDecision,
+    SetPreset,
+    decode_view_message,
+    encode,
+    json_schema,
+)
+
+SCHEMA_FILE = Path(__file__).resolve().parent.parent / "docs" / "relay-protocol.schema.json"
+
+
+@pytest.mark.parametrize(
+    ("wire", "message"),
+    [
+        ({"type": "open", "view": "tab 1"}, Open("tab 1")),
+        ({"type": "open"}, Open()),
+        (
+            {
+                "type": "answer",
+                "questionId": "q1",
+                "sessionId": "s1",
+                "decision": {"outcome": "selected", "optionId": "allow"},
+            },
+            Answer("q1", "s1", SelectedDecision("allow")),
+        ),
+        (
+            {
+                "type": "answer",
+                "questionId": "q1",
+                "sessionId": "s1",
+                "decision": {"outcome": "cancelled"},
+            },
+            Answer("q1", "s1", CancelledDecision()),
+        ),
+        ({"type": "prompt", "sessionId": "s1", "text": "burst 3"}, Prompt("s1", "burst 3")),
+        ({"type": "cancel_turn", "sessionId": "s1"}, CancelTurn("s1")),
+        ({"type": "new_session"}, NewSession()),
+        ({"type": "list_sessions"}, ListSessions()),
+        ({"type": "list_presets", "sessionId": "s1"}, ListPresets("s1")),
+        (
+            {"type": "set_preset", "sessionId": "s1", "preset": "read-only"},
+            SetPreset("s1", "read-only"),
+        ),
+    ],
+    ids=lambda value: value["type"] if isinstance(value, dict) else "",
+)
+def test_each_view_message_decodes_to_its_shape(wire: dict[str, object], message: object) -> None:
+    assert decode_view_message(json.dumps(wire)) == message
+
+
+@pytest.mark.parametrize(
+    ("wire", "reason"),
+    [
+        (b"\xff", "not a JSON message"),
+        (b"[]", "invalid message: Expected `object`, got `array`"),
+        (b'{"type": "launch_missiles"}', "invalid message: Invalid value 'launch_missiles'"),
+        (b'{"type": "prompt", "sessionId": "s"}', "invalid message: Object missing required"),
+        (b'{"type": "new_session", "extra": 1}', "invalid message: Object contains unknown"),
+        (
+            b'{"type": "answer", "questionId": "q", "sessionId": "s", '
+            b'"decision": {"outcome": "allow"}}',
+            "invalid message: Invalid value 'allow' - at `$.decision.outcome`",
+        ),
+        (
+            b'{"type": "answer", "questionId": "q", "sessionId": "s", '
+            b'"decision": {"outcome": "selected", "optionId": null}}',
+            "invalid message: Expected `str`, got `null`",
+        ),
+        (b'{"type": "set_preset", "sessionId": "s", "preset": "yolo"}', "invalid message"),
+        (b'{"type": "open", "view": ""}', "invalid message: Expected `str` of length >= 1"),
+        (b'{"type": "open", "view": "tab\\u001b[2J"}', "a view's name must be printable"),
+        (b'{"type": "prompt", "sessionId": "s", "text": ""}', "invalid message"),
+    ],
+)
+def test_a_bad_message_is_an_error_that_says_why(wire: bytes, reason: str) -> None:
+    error = decode_view_message(wire)
+    assert isinstance(error, Error) and error.reason.startswith(reason)
+
+
+def test_every_size_limit_holds_before_or_while_decoding() -> None:
+    too_big = b'{"type": "new_session"}' + b" " * MAX_MESSAGE
+    assert decode_view_message(too_big) == Error(f"message over {MAX_MESSAGE} bytes")
+    long_prompt = json.dumps({"type": "prompt", "sessionId": "s", "text": "x" * (MAX_PROMPT + 1)})
+    assert isinstance(decode_view_message(long_prompt), Error)
+    long_name = json.dumps({"type": "open", "view": "v" * (MAX_NAME + 1)})
+    assert isinstance(decode_view_message(long_name), Error)
+
+
+@given(st.binary(max_size=300) | st.text(max_size=300))
+def test_no_input_makes_decoding_raise(data: bytes | str) -> None:
+    decode_view_message(data)
+
+
+@given(
+    st.dictionaries(
+        st.sampled_from(["type", "questionId", "sessionId", "decision", "text", "view"]),
+        st.none() | st.text(max_size=5) | st.integers() | st.dictionaries(st.text(), st.text()),
+    )
+)
+def test_no_object_makes_decoding_raise_and_errors_are_short(wire: dict[str, object]) -> None:
+    result = decode_view_message(json.dumps(wire))
+    if isinstance(result, Error):
+        assert len(result.reason) <= 220
+
+
+def test_a_view_answer_reaches_the_relay_as_the_decision_it_names() -> None:
+    registry = PendingRegistry()
+    options = (
+        PermissionOption("allow", "Allow", "allow_once"),
+        PermissionOption("deny", "Deny", "reject_once"),
+    )
+    requested = registry.add("s1", "c1", "t", "edit", options, msgspec.Raw(b"{}"))
+    question_id = requested.question.question_id
+    wire = {
+        "type": "answer",
+        "questionId": question_id,
+        "sessionId": "s1",
+        "decision": {"outcome": "selected", "optionId": "deny"},
+    }
+    answer = decode_view_message(json.dumps(wire))
+    assert isinstance(answer, Answer)
+    result = registry.answer(
+        answer.question_id, msgspec.to_builtins(answer.decision), "tab", answer.session_id
+    )
+    assert isinstance(result, tuple)
+    assert result[1] == Resolved(question_id, "selected", "deny", "tab")
+
+
+def test_server_messages_encode_with_their_type() -> None:
+    assert json.loads(encode(Opened("tab 1"))) == {"type": "opened", "view": "tab 1", "version": 1}
+    assert json.loads(encode(Replayed(3))) == {"type": "replayed", "count": 3}
+    assert json.loads(encode(Error("no"))) == {"type": "error", "reason": "no"}
+
+
+def test_the_schema_file_is_generated_from_the_shapes() -> None:
+    # Regenerate with: python -c "import json; from simhost.serve.protocol import
+    # json_schema; print(json.dumps(json_schema(), indent=2, sort_keys=True))"
+    # > docs/relay-protocol.schema.json
+    assert json.loads(SCHEMA_FILE.read_text(encoding="utf-8")) == json_schema()
