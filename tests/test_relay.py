@@ -11,6 +11,7 @@ import trio
 import trio.testing
 from hypothesis import given
 from hypothesis import strategies as st
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule
 
 import permclient
 import permclient._registry
@@ -527,3 +528,80 @@ async def test_kept_raw_params_count_against_the_pending_budget(raw_params: bool
             else:
                 [question] = kept
                 question.cancel()
+
+
+# ------------------------------------------------- the registry, as a state machine
+
+
+class RegistryMachine(RuleBasedStateMachine):
+    """Random adds, answers (valid or not), withdrawals and closes: every question
+    ends once, the replay is exactly what is pending, and only an offered option
+    is ever selected."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.registry = PendingRegistry()
+        self.pending: dict[str, str] = {}  # question id -> session
+        self.ended: dict[str, object] = {}  # question id -> its one ending
+
+    questions = Bundle("questions")
+
+    @rule(target=questions, session=st.sampled_from(["s1", "s2"]))
+    def add(self, session: str) -> str:
+        question_id = add(self.registry, session_id=session)
+        assert question_id not in self.pending and question_id not in self.ended
+        self.pending[question_id] = session
+        return question_id
+
+    @rule(
+        question_id=questions | st.text(max_size=4),
+        answer=st.sampled_from(
+            [
+                {"outcome": "selected", "optionId": "allow"},
+                {"outcome": "selected", "optionId": "deny"},
+                {"outcome": "selected", "optionId": "other"},
+                {"outcome": "cancelled"},
+                None,
+            ]
+        ),
+        session=st.sampled_from([None, "s1", "s2"]),
+    )
+    def answer(self, question_id: str, answer: Any, session: str | None) -> None:
+        result = self.registry.answer(question_id, answer, "view", session)
+        mine = self.pending.get(question_id)
+        if mine is None or (session is not None and session != mine):
+            assert isinstance(result, AnswerRefused)
+            return
+        assert isinstance(result, tuple)
+        decision, resolved = result
+        offered = isinstance(answer, dict) and answer.get("optionId") in ("allow", "deny")
+        assert (decision == Selected(answer["optionId"])) if offered else decision == Cancelled()
+        del self.pending[question_id]
+        self.ended[question_id] = resolved
+
+    @rule(question_id=questions, reason=st.sampled_from(["peer", "turn", "timeout"]))
+    def withdraw(self, question_id: str, reason: Any) -> None:
+        withdrawn = self.registry.withdraw(question_id, reason)
+        if question_id in self.pending:
+            assert withdrawn == Withdrawn(question_id, reason)
+            del self.pending[question_id]
+            self.ended[question_id] = withdrawn
+        else:
+            assert withdrawn is None
+
+    @rule()
+    def close(self) -> None:
+        withdrawn = self.registry.withdraw_all("shutdown")
+        assert [w.question_id for w in withdrawn] == list(self.pending)
+        for w in withdrawn:
+            self.ended[w.question_id] = w
+        self.pending.clear()
+
+    @invariant()
+    def the_replay_is_what_is_pending_and_endings_are_kept(self) -> None:
+        assert [e.question.question_id for e in self.registry.pending()] == list(self.pending)
+        for question_id, ending in self.ended.items():
+            assert self.registry.ending(question_id) == ending
+
+
+TestRegistryMachine = RegistryMachine.TestCase
