@@ -8,9 +8,11 @@ questions it raises wait in the relay until an approver answers them.
 
 An approver is anything that speaks lines over TCP (``nc 127.0.0.1 PORT``). Its
 first line must be the token this program prints (anything else, or nothing within
-10 s, and it is disconnected). It then gets one JSON event per line: every question
-still pending (``{"type": "requested", ...}``), then every new question and how
-each one ends (``resolved``, naming the approver that answered, or ``withdrawn``).
+10 s, and it gets ``{"type": "error", "reason": "wrong token"}`` and is
+disconnected); a line of over 4 KiB disconnects it too. It then gets one JSON event
+per line: every question still pending (``{"type": "requested", ...}``), then every
+new question and how each one ends (``resolved``, naming the approver that answered,
+or ``withdrawn``).
 It answers with lines ``QUESTION_ID OPTION_ID`` (pick an option) or just
 ``QUESTION_ID`` (dismiss); a refused answer gets ``{"type": "answer_refused", ...}``.
 Up to 16 approvers may be connected at once; they may leave and come back: a

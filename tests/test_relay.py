@@ -446,6 +446,23 @@ async def test_a_question_host_code_answered_itself_leaves_the_relay_and_every_v
             assert refused == AnswerRefused(question_id, "withdrawn (answered elsewhere)")
             assert await next_events(view, 1) == [Withdrawn(question_id, "answered elsewhere")]
             assert relay.pending() == []
+            assert await relay.wait(question_id) == Withdrawn(question_id, "answered elsewhere")
+            await assert_no_more_answers(peer)
+
+
+async def test_closing_reports_a_question_host_code_answered_as_answered_elsewhere() -> None:
+    relay = Relay()
+    async with connected("acp") as (client, peer):
+        with client.permission_handler("s1", relay.handler), relay.subscribe("A") as view:
+            await peer.ask_permission("s1", "c1")
+            [requested] = await next_events(view, 1)
+            assert isinstance(requested, Requested)
+            [question] = client.pending_questions()
+            question.cancel()
+            relay.close()
+            question_id = requested.question.question_id
+            assert await next_events(view, 1) == [Withdrawn(question_id, "answered elsewhere")]
+            assert (await peer.receive())["result"] == CANCELLED
             await assert_no_more_answers(peer)
 
 

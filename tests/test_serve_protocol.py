@@ -98,6 +98,12 @@ def test_each_view_message_decodes_to_its_shape(wire: dict[str, object], message
         (b'{"type": "open", "view": ""}', "invalid message: Expected `str` of length >= 1"),
         (b'{"type": "open", "view": "tab\\u001b[2J"}', "a view's name must be printable"),
         (b'{"type": "prompt", "sessionId": "s", "text": ""}', "invalid message"),
+        (
+            b'{"type": "answer", "questionId": "q", "sessionId": "s", '
+            b'"decision": {"outcome": "cancelled", "optionId": "allow"}}',
+            "invalid message: Object contains unknown field `optionId`",
+        ),
+        (b'{"type": "open", "version": 2}', "invalid message"),
     ],
 )
 def test_a_bad_message_is_an_error_that_says_why(wire: bytes, reason: str) -> None:
@@ -112,6 +118,13 @@ def test_every_size_limit_holds_before_or_while_decoding() -> None:
     assert isinstance(decode_view_message(long_prompt), Error)
     long_name = json.dumps({"type": "open", "view": "v" * (MAX_NAME + 1)})
     assert isinstance(decode_view_message(long_name), Error)
+    # A str is measured in UTF-8 bytes, as it travels.
+    wide = json.dumps(
+        {"type": "prompt", "sessionId": "s", "text": "é" * 32_760}, ensure_ascii=False
+    )
+    assert len(wide) < MAX_MESSAGE < len(wide.encode())
+    assert decode_view_message(wide) == Error(f"message over {MAX_MESSAGE} bytes")
+    assert decode_view_message('{"type": "open", "view": "\ud800"}') == Error("not a JSON message")
 
 
 @given(st.binary(max_size=300) | st.text(max_size=300))

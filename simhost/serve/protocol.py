@@ -40,14 +40,26 @@ class Open(_ViewMessage, tag="open"):
     The token travels in the URL; this names the view."""
 
     view: ViewName = "view"
-    version: int = PROTOCOL_VERSION
+    version: Literal[1] = PROTOCOL_VERSION
 
 
-class SelectedDecision(msgspec.Struct, rename="camel", tag_field="outcome", tag="selected"):
+class SelectedDecision(
+    msgspec.Struct,
+    rename="camel",
+    tag_field="outcome",
+    tag="selected",
+    forbid_unknown_fields=True,
+):
     option_id: str
 
 
-class CancelledDecision(msgspec.Struct, rename="camel", tag_field="outcome", tag="cancelled"):
+class CancelledDecision(
+    msgspec.Struct,
+    rename="camel",
+    tag_field="outcome",
+    tag="cancelled",
+    forbid_unknown_fields=True,
+):
     pass
 
 
@@ -168,8 +180,15 @@ _encoder: Final = msgspec.json.Encoder()
 
 def decode_view_message(data: str | bytes) -> ViewMessage | Error:
     """A view's message, or the :class:`Error` to send back (never raises)."""
-    if len(data) > MAX_MESSAGE:
+    if len(data) > MAX_MESSAGE:  # (a str: at least as many bytes as characters)
         return Error(f"message over {MAX_MESSAGE} bytes")
+    if isinstance(data, str):
+        try:
+            data = data.encode()
+        except UnicodeEncodeError:  # a lone surrogate: no JSON text has one
+            return Error("not a JSON message")
+        if len(data) > MAX_MESSAGE:
+            return Error(f"message over {MAX_MESSAGE} bytes")
     try:
         message = _view_decoder.decode(data)
     except msgspec.ValidationError as exc:
