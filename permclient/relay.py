@@ -79,6 +79,8 @@ class Subscription:
 
     def __init__(self, relay: Relay, view: str, buffer: int) -> None:
         self.view = view
+        self.replayed = 0
+        """How many of the first events are the replay."""
         self.dropped = False
         """Whether the relay dropped the view for falling behind."""
         self._relay = relay
@@ -168,6 +170,7 @@ class Relay:
         if self._closed:
             subscription._send.close()  # (its iteration ends at once)
             return subscription
+        subscription.replayed = len(replay)
         for event in replay:
             subscription._deliver(event)
         self._subscriptions.append(subscription)

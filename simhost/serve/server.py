@@ -1,0 +1,226 @@
+"""The HTTP and WebSocket side of ``simhost serve``: views of a relay, over the web.
+
+A Starlette app, served by hypercorn's trio worker in the caller's trio run (no
+HTTP server of our own). Every request and WebSocket must carry the server's
+token (``?token=``) and name the bound host and port in its ``Host`` header (a
+page of another site that resolves its own name to 127.0.0.1 cannot reach it); a
+WebSocket's ``Origin`` must be the server's own. Responses carry a strict
+Content-Security-Policy and no CORS header. A view speaks the relay protocol
+(:mod:`.protocol`): ``open``, then the replay, then events; bad input gets an
+``error`` and changes nothing.
+
+Work in progress: the page, sessions, prompts and presets are not served yet.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+import msgspec
+import trio
+from hypercorn.config import Config, Sockets
+from hypercorn.trio import serve
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket
+
+from permclient.relay import AnswerRefused, Relay, Subscription
+
+from .protocol import (
+    MAX_MESSAGE,
+    Answer,
+    Error,
+    Open,
+    Opened,
+    Replayed,
+    ServerMessage,
+    decode_view_message,
+    encode,
+)
+
+SECURITY_HEADERS: Final = {
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+        "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+OPEN_WAIT_S: Final = 10  # a view that does not open within this is let go
+SEND_WAIT_S: Final = 10  # a view that takes nothing for this long is let go
+POLICY_VIOLATION: Final = 1008  # WebSocket close code
+
+
+class Gate:
+    """Who may come in: the token, and the authority (``host:port``) once bound."""
+
+    def __init__(self, token: str) -> None:
+        self.token = token
+        self.authority: str | None = None
+
+    def refuses(self, headers: Any, token: str | None) -> str | None:
+        """Why a request with these headers and ``?token=`` is refused, or None."""
+        if self.authority is None or headers.get("host") != self.authority:
+            return "the Host header does not name this server"
+        if not secrets.compare_digest((token or "").encode(), self.token.encode()):
+            return "wrong or missing token"
+        return None
+
+    def refuses_origin(self, headers: Any) -> str | None:
+        if headers.get("origin") != f"http://{self.authority}":
+            return "the Origin is not this server's"
+        return None
+
+
+def make_app(relay: Relay, gate: Gate) -> Starlette:
+    """The ASGI app: ``/`` (HTTP) and ``/ws`` (the relay protocol)."""
+
+    async def index(request: Request) -> Response:
+        why = gate.refuses(request.headers, request.query_params.get("token"))
+        if why is not None:
+            return PlainTextResponse(why, status_code=403, headers=SECURITY_HEADERS)
+        return PlainTextResponse("simhost serve: views connect to /ws\n", headers=SECURITY_HEADERS)
+
+    async def views(websocket: WebSocket) -> None:
+        why = gate.refuses(websocket.headers, websocket.query_params.get("token"))
+        why = why or gate.refuses_origin(websocket.headers)
+        if why is not None:
+            await websocket.close(code=POLICY_VIOLATION, reason=why)  # (before accept: 403)
+            return
+        await websocket.accept()
+        await ViewSocket(websocket, relay).run()
+
+    return Starlette(routes=[Route("/", index), WebSocketRoute("/ws", views)])
+
+
+class ViewSocket:
+    """One view's WebSocket: ``open`` first, then answers in and events out."""
+
+    def __init__(self, websocket: WebSocket, relay: Relay) -> None:
+        self.websocket = websocket
+        self.relay = relay
+        self.sending = trio.Lock()  # events and replies are whole messages, one at a time
+
+    async def send(self, message: ServerMessage) -> None:
+        async with self.sending:
+            with trio.fail_after(SEND_WAIT_S):
+                await self.websocket.send_text(encode(message).decode())
+
+    async def receive(self) -> str | bytes | None:
+        """The next message's data, or None once the view is gone."""
+        message = await self.websocket.receive()
+        if message["type"] == "websocket.disconnect":
+            return None
+        data: str | bytes | None = message.get("text")
+        return data if data is not None else message.get("bytes") or b""
+
+    async def run(self) -> None:
+        try:
+            await self._run()
+        except* trio.TooSlowError:  # it stopped reading: its questions stay pending
+            await self.websocket.close(code=POLICY_VIOLATION)
+
+    async def _run(self) -> None:
+        opening: object = None
+        with trio.move_on_after(OPEN_WAIT_S):
+            data = await self.receive()
+            opening = None if data is None else decode_view_message(data)
+        if not isinstance(opening, Open):
+            if isinstance(opening, Error):
+                await self.send(opening)
+            await self.send(Error("the first message must be open"))
+            await self.websocket.close(code=POLICY_VIOLATION)
+            return
+        with self.relay.subscribe(opening.view) as events:
+            await self.send(Opened(opening.view))
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._forward, events, nursery.cancel_scope)
+                while (data := await self.receive()) is not None:
+                    await self._handle(decode_view_message(data), opening.view)
+                nursery.cancel_scope.cancel()
+
+    async def _forward(self, events: Subscription, scope: trio.CancelScope) -> None:
+        left = events.replayed
+        if not left:
+            await self.send(Replayed(0))
+        async for event in events:
+            await self.send(event)
+            left -= 1
+            if left == 0:
+                await self.send(Replayed(events.replayed))
+        scope.cancel()  # the relay closed, or this view fell too far behind
+        await self.websocket.close()
+
+    async def _handle(self, message: object, view: str) -> None:
+        if isinstance(message, Error):
+            await self.send(message)
+        elif isinstance(message, Answer):
+            decision = msgspec.to_builtins(message.decision)
+            result = self.relay.answer(
+                message.question_id, decision, view=view, session_id=message.session_id
+            )
+            if isinstance(result, AnswerRefused):
+                await self.send(result)  # (a resolution reaches every view as an event)
+        elif isinstance(message, Open):
+            await self.send(Error("already open"))
+        else:
+            await self.send(Error(f"not served yet: {type(message).__name__}"))
+
+
+class _Config(Config):
+    """Hypercorn's configuration, keeping the sockets it binds: hypercorn leaves
+    its listening socket open when it stops, and we close it."""
+
+    sockets: Sockets | None = None
+
+    def create_sockets(self) -> Sockets:
+        self.sockets = super().create_sockets()
+        return self.sockets
+
+
+def hypercorn_config(host: str, port: int) -> _Config:
+    config = _Config()
+    config.bind = [f"{host}:{port}"]
+    config.websocket_max_message_size = MAX_MESSAGE
+    config.h11_max_incomplete_size = 16 * 1024  # request line and headers
+    config.accesslog = None
+    config.errorlog = None
+    return config
+
+
+async def serve_relay(
+    relay: Relay,
+    gate: Gate,
+    host: str,
+    port: int,
+    shutdown: Callable[[], Awaitable[None]],
+    *,
+    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve ``relay`` until ``shutdown()`` returns; ``task_status`` gets the
+    bound ``host:port``."""
+
+    config = hypercorn_config(host, port)
+
+    async def started_binds(task_status: trio.TaskStatus[list[str]]) -> None:
+        try:
+            await serve(
+                make_app(relay, gate),  # type: ignore[arg-type]
+                config,
+                shutdown_trigger=shutdown,
+                task_status=task_status,
+            )
+        finally:
+            if config.sockets is not None:
+                for sock in config.sockets.insecure_sockets:
+                    sock.close()
+
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(started_binds)
+        gate.authority = binds[0].removeprefix("http://")
+        task_status.started(gate.authority)

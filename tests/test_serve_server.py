@@ -1,0 +1,229 @@
+"""``simhost serve``'s HTTP and WebSocket side, through a real HTTP client and a real
+WebSocket client, against hypercorn on a real socket."""
+
+from __future__ import annotations
+
+import gc
+import json
+import warnings
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any
+
+import httpx
+import pytest
+import trio
+import trio.testing
+from trio_websocket import ConnectionClosed, ConnectionRejected, WebSocketConnection
+from trio_websocket import open_websocket_url as open_ws
+
+from permclient.relay import Relay
+from simhost.serve.protocol import MAX_MESSAGE
+from simhost.serve.server import SECURITY_HEADERS, Gate, serve_relay
+
+from .peer import CANCELLED, connected, selected
+
+TOKEN = "t0k3n-" + "x" * 26
+WAIT_S = 10
+
+
+@asynccontextmanager
+async def serving(relay: Relay) -> AsyncIterator[str]:
+    """The relay served on 127.0.0.1 (a free port); yields ``host:port``."""
+    stop = trio.Event()
+    async with trio.open_nursery() as nursery:
+        authority = await nursery.start(serve_relay, relay, Gate(TOKEN), "127.0.0.1", 0, stop.wait)
+        try:
+            yield authority
+        finally:
+            stop.set()
+
+
+@asynccontextmanager
+async def view(
+    authority: str, token: str = TOKEN, origin: str | None = None
+) -> AsyncIterator[WebSocketConnection]:
+    headers = [("Origin", origin or f"http://{authority}")]
+    async with open_ws(f"ws://{authority}/ws?token={token}", extra_headers=headers) as ws:
+        yield ws
+
+
+@contextmanager
+def freed_quietly() -> Iterator[None]:
+    """trio-websocket leaves its own socket to the garbage collector when the server
+    closed the connection: free it in here (``del`` the connection), quietly,
+    rather than fail whichever test runs when it is collected."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        yield
+        gc.collect()
+
+
+async def next_message(ws: WebSocketConnection) -> dict[str, Any]:
+    with trio.fail_after(WAIT_S):
+        message: dict[str, Any] = json.loads(await ws.get_message())
+    return message
+
+
+async def opened(ws: WebSocketConnection, name: str) -> list[dict[str, Any]]:
+    """Open as ``name``; the replay that follows (up to ``replayed``)."""
+    await ws.send_message(json.dumps({"type": "open", "view": name}))
+    assert await next_message(ws) == {"type": "opened", "view": name, "version": 1}
+    replay = []
+    while (message := await next_message(ws))["type"] != "replayed":
+        replay.append(message)
+    assert message == {"type": "replayed", "count": len(replay)}
+    return replay
+
+
+async def test_http_needs_the_token_and_this_servers_host_and_sends_a_strict_policy() -> None:
+    async with serving(Relay()) as authority, httpx.AsyncClient() as http:
+        good = await http.get(f"http://{authority}/?token={TOKEN}")
+        assert good.status_code == 200
+        for name, value in SECURITY_HEADERS.items():
+            assert good.headers[name] == value
+        assert "access-control-allow-origin" not in good.headers
+        assert (await http.get(f"http://{authority}/")).status_code == 403
+        assert (await http.get(f"http://{authority}/?token=nope")).status_code == 403
+        rebound = await http.get(
+            f"http://{authority}/?token={TOKEN}", headers={"Host": "evil.example"}
+        )
+        assert rebound.status_code == 403  # DNS rebinding: another name for 127.0.0.1
+
+
+@pytest.mark.parametrize(
+    ("token", "origin"),
+    [("nope", None), (TOKEN, "http://evil.example"), (TOKEN, "null")],
+    ids=["wrong token", "another origin", "null origin"],
+)
+async def test_a_websocket_needs_the_token_and_this_servers_origin(
+    token: str, origin: str | None
+) -> None:
+    async with serving(Relay()) as authority:
+        with pytest.raises(ConnectionRejected) as rejected:
+            async with view(authority, token, origin):
+                pass
+        assert rejected.value.status_code == 403
+
+
+async def test_two_views_one_answer_resolves_both_and_a_late_view_gets_the_replay() -> None:
+    relay = Relay()
+    async with connected("acp") as (client, peer), serving(relay) as authority:
+        with client.permission_handler("s1", relay.handler):
+            async with view(authority) as a, view(authority) as b:
+                assert await opened(a, "tab A") == [] and await opened(b, "tab B") == []
+                request_id = await peer.ask_permission("s1", "c1")
+                requested = await next_message(a)
+                assert await next_message(b) == requested
+                question_id = requested["question"]["questionId"]
+                async with view(authority) as late:
+                    assert await opened(late, "late") == [requested]
+                    await a.send_message(
+                        json.dumps(
+                            {
+                                "type": "answer",
+                                "questionId": question_id,
+                                "sessionId": "s1",
+                                "decision": {"outcome": "selected", "optionId": "allow"},
+                            }
+                        )
+                    )
+                    resolved = {
+                        "type": "resolved",
+                        "questionId": question_id,
+                        "outcome": "selected",
+                        "optionId": "allow",
+                        "by": "tab A",
+                    }
+                    for each in (a, b, late):
+                        assert await next_message(each) == resolved
+                assert (await peer.receive())["id"] == request_id
+                await b.send_message(
+                    json.dumps(
+                        {
+                            "type": "answer",
+                            "questionId": question_id,
+                            "sessionId": "s1",
+                            "decision": {"outcome": "cancelled"},
+                        }
+                    )
+                )
+                assert await next_message(b) == {
+                    "type": "answer_refused",
+                    "questionId": question_id,
+                    "reason": "already answered by tab A",
+                }
+
+
+async def test_bad_input_gets_an_error_and_the_view_goes_on() -> None:
+    relay = Relay()
+    async with connected("acp") as (client, peer), serving(relay) as authority:
+        with client.permission_handler("s1", relay.handler):
+            async with view(authority) as ws:
+                await opened(ws, "tab")
+                for junk in ("not json", "[]", '{"type": "launch"}', '{"type": "open"}'):
+                    await ws.send_message(junk)
+                    assert (await next_message(ws))["type"] == "error"
+                await ws.send_message(b"\xff\xfe")  # a binary frame
+                assert (await next_message(ws))["type"] == "error"
+                await peer.ask_permission("s1", "c1")
+                requested = await next_message(ws)
+                question_id = requested["question"]["questionId"]
+                wrong_session = {
+                    "type": "answer",
+                    "questionId": question_id,
+                    "sessionId": "s2",
+                    "decision": {"outcome": "selected", "optionId": "allow"},
+                }
+                await ws.send_message(json.dumps(wrong_session))
+                assert (await next_message(ws))["reason"] == "the answer names another session"
+                await ws.send_message(json.dumps({**wrong_session, "sessionId": "s1"}))
+                assert (await next_message(ws))["type"] == "resolved"
+            assert (await peer.receive())["result"] == selected("allow")
+
+
+async def test_a_message_over_the_limit_closes_that_view_only() -> None:
+    relay = Relay()
+    async with serving(relay) as authority:
+        async with view(authority) as big:
+            await opened(big, "big")
+            await big.send_message("x" * (MAX_MESSAGE + 1))
+            with pytest.raises(ConnectionClosed) as closed:
+                await next_message(big)
+            assert closed.value.reason.code == 1009  # (message too big)
+        with freed_quietly():
+            del big, closed
+        async with view(authority) as other:
+            assert await opened(other, "other") == []
+
+
+async def test_a_view_must_open_first() -> None:
+    async with serving(Relay()) as authority:
+        async with view(authority) as ws:
+            await ws.send_message(json.dumps({"type": "list_sessions"}))
+            assert await next_message(ws) == {
+                "type": "error",
+                "reason": "the first message must be open",
+            }
+            with pytest.raises(ConnectionClosed) as closed:
+                await next_message(ws)
+            assert closed.value.reason.code == 1008
+        with freed_quietly():
+            del ws, closed
+
+
+async def test_closing_the_relay_withdraws_for_every_view_and_the_agent_gets_cancelled() -> None:
+    relay = Relay()
+    async with connected("acp") as (client, peer), serving(relay) as authority:
+        with client.permission_handler("s1", relay.handler):
+            async with view(authority) as ws:
+                await opened(ws, "tab")
+                await peer.ask_permission("s1", "c1")
+                question_id = (await next_message(ws))["question"]["questionId"]
+                relay.close()
+                assert await next_message(ws) == {
+                    "type": "withdrawn",
+                    "questionId": question_id,
+                    "reason": "shutdown",
+                }
+                assert (await peer.receive())["result"] == CANCELLED
