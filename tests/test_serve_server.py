@@ -27,6 +27,17 @@ TOKEN = "t0k3n-" + "x" * 26
 WAIT_S = 10
 
 
+@pytest.fixture(autouse=True)
+def _sockets_freed_quietly() -> Iterator[None]:
+    """What the libraries leave to the garbage collector (trio-websocket's sockets,
+    hypercorn's connections, in reference cycles) is collected as each test ends,
+    quietly: collected later, its ResourceWarning would fail whichever test is
+    running then."""
+    yield
+    with freed_quietly():
+        pass
+
+
 @asynccontextmanager
 async def serving(relay: Relay) -> AsyncIterator[str]:
     """The relay served on 127.0.0.1 (a free port); yields ``host:port``."""
@@ -226,4 +237,28 @@ async def test_closing_the_relay_withdraws_for_every_view_and_the_agent_gets_can
                     "questionId": question_id,
                     "reason": "shutdown",
                 }
-                assert (await peer.receive())["result"] == CANCELLED
+                with pytest.raises(ConnectionClosed) as closed:
+                    await next_message(ws)
+                assert closed.value.reason.code == 1000  # a close frame: a normal end
+            with freed_quietly():
+                del ws, closed
+            assert (await peer.receive())["result"] == CANCELLED
+
+
+async def test_every_path_and_method_is_behind_the_gate_with_the_headers() -> None:
+    async with serving(Relay()) as authority, httpx.AsyncClient() as http:
+        for method, path in (("GET", "/nowhere"), ("POST", "/"), ("GET", "/ws")):
+            refused = await http.request(method, f"http://{authority}{path}")
+            assert refused.status_code == 403
+            allowed = await http.request(method, f"http://{authority}{path}?token={TOKEN}")
+            assert allowed.status_code in (404, 405)
+            for response in (refused, allowed):
+                for name, value in SECURITY_HEADERS.items():
+                    assert response.headers[name] == value
+
+
+def test_a_token_under_128_bits_is_refused() -> None:
+    with pytest.raises(ValueError, match="128 bits"):
+        Gate("short")
+    with pytest.raises(ValueError):
+        Gate("")

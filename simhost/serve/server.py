@@ -15,6 +15,7 @@ Work in progress: the page, sessions, prompts and presets are not served yet.
 from __future__ import annotations
 
 import secrets
+import socket
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
@@ -26,6 +27,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route, WebSocketRoute
+from starlette.types import Message, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
 from permclient.relay import AnswerRefused, Relay, Subscription
@@ -54,12 +56,19 @@ SECURITY_HEADERS: Final = {
 OPEN_WAIT_S: Final = 10  # a view that does not open within this is let go
 SEND_WAIT_S: Final = 10  # a view that takes nothing for this long is let go
 POLICY_VIOLATION: Final = 1008  # WebSocket close code
+MIN_TOKEN: Final = 22  # characters: 128 bits of secrets.token_urlsafe
+# A connection whose peer acknowledges nothing for this long is dropped by the
+# kernel (Linux): hypercorn's writes cannot be cancelled, so a view that stops
+# reading would otherwise hold its task, and shutdown, for ever.
+TCP_USER_TIMEOUT_MS: Final = 15_000
 
 
 class Gate:
     """Who may come in: the token, and the authority (``host:port``) once bound."""
 
     def __init__(self, token: str) -> None:
+        if len(token) < MIN_TOKEN:
+            raise ValueError(f"a token of at least {MIN_TOKEN} characters (128 bits)")
         self.token = token
         self.authority: str | None = None
 
@@ -77,25 +86,50 @@ class Gate:
         return None
 
 
-def make_app(relay: Relay, gate: Gate) -> Starlette:
-    """The ASGI app: ``/`` (HTTP) and ``/ws`` (the relay protocol)."""
+def make_app(relay: Relay, gate: Gate) -> Callable[..., Awaitable[None]]:
+    """The ASGI app: ``/`` (HTTP) and ``/ws`` (the relay protocol), every path and
+    method behind the gate and with the security headers."""
 
     async def index(request: Request) -> Response:
-        why = gate.refuses(request.headers, request.query_params.get("token"))
-        if why is not None:
-            return PlainTextResponse(why, status_code=403, headers=SECURITY_HEADERS)
-        return PlainTextResponse("simhost serve: views connect to /ws\n", headers=SECURITY_HEADERS)
+        return PlainTextResponse("simhost serve: views connect to /ws\n")
 
     async def views(websocket: WebSocket) -> None:
-        why = gate.refuses(websocket.headers, websocket.query_params.get("token"))
-        why = why or gate.refuses_origin(websocket.headers)
-        if why is not None:
-            await websocket.close(code=POLICY_VIOLATION, reason=why)  # (before accept: 403)
-            return
         await websocket.accept()
         await ViewSocket(websocket, relay).run()
 
-    return Starlette(routes=[Route("/", index), WebSocketRoute("/ws", views)])
+    routes = Starlette(routes=[Route("/", index), WebSocketRoute("/ws", views)])
+
+    async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind not in ("http", "websocket"):
+            await routes(scope, receive, send)  # (lifespan)
+            return
+        request = Request(scope) if kind == "http" else WebSocket(scope, receive, send)
+        why = gate.refuses(request.headers, request.query_params.get("token"))
+        if why is None and kind == "websocket":
+            why = gate.refuses_origin(request.headers)
+        if why is not None:
+            if kind == "websocket":  # (refused before the upgrade: a 403)
+                await send({"type": "websocket.close", "code": POLICY_VIOLATION})
+            else:
+                await PlainTextResponse(why, 403, SECURITY_HEADERS)(scope, receive, send)
+            return
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                kept = [(k, v) for k, v in message.get("headers", []) if k.lower() not in _OURS]
+                message = {**message, "headers": kept + _SECURITY_HEADER_BYTES}
+            await send(message)
+
+        await routes(scope, receive, with_headers if kind == "http" else send)
+
+    return guarded
+
+
+_SECURITY_HEADER_BYTES: Final = [
+    (name.lower().encode(), value.encode()) for name, value in SECURITY_HEADERS.items()
+]
+_OURS: Final = {name for name, _ in _SECURITY_HEADER_BYTES}
 
 
 class ViewSocket:
@@ -143,6 +177,8 @@ class ViewSocket:
                 while (data := await self.receive()) is not None:
                     await self._handle(decode_view_message(data), opening.view)
                 nursery.cancel_scope.cancel()
+            if events.dropped or self.relay.closed:  # (told with a close frame)
+                await self.websocket.close()
 
     async def _forward(self, events: Subscription, scope: trio.CancelScope) -> None:
         left = events.replayed
@@ -154,7 +190,6 @@ class ViewSocket:
             if left == 0:
                 await self.send(Replayed(events.replayed))
         scope.cancel()  # the relay closed, or this view fell too far behind
-        await self.websocket.close()
 
     async def _handle(self, message: object, view: str) -> None:
         if isinstance(message, Error):
@@ -180,6 +215,9 @@ class _Config(Config):
 
     def create_sockets(self) -> Sockets:
         self.sockets = super().create_sockets()
+        if hasattr(socket, "TCP_USER_TIMEOUT"):  # (inherited by accepted connections)
+            for sock in self.sockets.insecure_sockets:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, TCP_USER_TIMEOUT_MS)
         return self.sockets
 
 
@@ -210,7 +248,7 @@ async def serve_relay(
     async def started_binds(task_status: trio.TaskStatus[list[str]]) -> None:
         try:
             await serve(
-                make_app(relay, gate),  # type: ignore[arg-type]
+                make_app(relay, gate),
                 config,
                 shutdown_trigger=shutdown,
                 task_status=task_status,
