@@ -188,7 +188,8 @@ class Relay:
         answer changed nothing (:class:`AnswerRefused`, told to no one else).
         ``session_id``, if given, must be the question's.
         """
-        self._sweep()
+        if type(question_id) is str:
+            self._notice(question_id)
         question = self._questions.get(question_id) if type(question_id) is str else None
         result = self._registry.answer(question_id, answer, view[:VIEW_NAME_MAX], session_id)
         if isinstance(result, AnswerRefused):
@@ -204,7 +205,7 @@ class Relay:
         """How the question ended, once it has: at once if it already did (the
         ending is kept, for the REMEMBERED_ENDINGS latest questions). Raises
         :class:`KeyError` for a question the relay does not know."""
-        self._sweep()
+        self._notice(question_id)
         ending = self._registry.ending(question_id)
         if ending is not None:
             return ending
@@ -279,12 +280,17 @@ class Relay:
             waiter.event.set()
 
     def _sweep(self) -> None:
-        """Withdraw what host code answered without the relay (through
-        ``client.pending_questions()``, say): no view may answer it again. (Linear
-        in what is pending: run when views ask, never per question.)"""
-        for question_id, question in list(self._questions.items()):
-            if question.done:
-                self._withdrawn(question_id, "answered elsewhere")
+        """:meth:`_notice` every question (linear in what is pending: run when a view
+        subscribes, on ``pending()`` and on ``close()``, never per answer)."""
+        for question_id in list(self._questions):
+            self._notice(question_id)
+
+    def _notice(self, question_id: str) -> None:
+        """Withdraw the question if host code answered it without the relay (through
+        ``client.pending_questions()``, say): no view may answer it again."""
+        question = self._questions.get(question_id)
+        if question is not None and question.done:
+            self._withdrawn(question_id, "answered elsewhere")
 
     def _broadcast(self, event: RelayEvent) -> None:
         self._subscriptions = [s for s in self._subscriptions if s._deliver(event)]

@@ -207,13 +207,7 @@ def test_relay_to_anything_takes_answers_from_approvers_over_a_socket(tmp_path: 
     finally:
         for sock in opened:
             sock.close()
-        if process.poll() is None:
-            process.kill()
-            process.wait(WAIT_S)
-        process.stdin.close()
-        stdout, stderr = out.text(), err.text()
-        process.stdout.close()
-        process.stderr.close()
+        stdout, stderr = stopped(process, out, err)
     assert code == 0, (stdout, stderr)
     assert f"{question_id}: allow (by approver-3)" in stdout
     assert "approver-4 disconnected" in stdout or "approver-4 left" in stdout
@@ -333,6 +327,20 @@ class Reader:
             return self._data.decode(errors="replace")
 
 
+def stopped(process: subprocess.Popen[bytes], out: Reader, err: Reader) -> tuple[str, str]:
+    """Kill ``process`` if it still runs, close its pipes; what it wrote to each."""
+    assert process.stdin is not None and process.stdout is not None
+    assert process.stderr is not None
+    if process.poll() is None:
+        process.kill()
+        process.wait(WAIT_S)
+    process.stdin.close()
+    stdout, stderr = out.text(), err.text()
+    process.stdout.close()
+    process.stderr.close()
+    return stdout, stderr
+
+
 @pytest.mark.parametrize(
     "program", PROGRAMS, ids=lambda program: " ".join((program.name, *program.args))
 )
@@ -395,13 +403,7 @@ def test_ctrl_c_while_an_example_waits_exits_130_without_a_traceback_approving_n
         process.send_signal(signal.SIGINT)
         code = process.wait(WAIT_S)
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(WAIT_S)
-        process.stdin.close()
-        stdout, stderr = out.text(), err.text()
-        process.stdout.close()
-        process.stderr.close()
+        stdout, stderr = stopped(process, out, err)
     assert code == 130, (stdout, stderr)
     assert "Traceback" not in stderr and "Fatal Python error" not in stderr, stderr
     program.assert_approved_nothing(stdout, tmp_path)
