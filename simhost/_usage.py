@@ -25,6 +25,7 @@ __all__ = [
     "check_agent_command",
     "check_writable_file",
     "fail",
+    "interrupted",
     "one_line",
     "plain_console",
 ]
@@ -83,3 +84,10 @@ def check_agent_command(command: str, option: str, agent: str) -> None:
         raise fail(command, f"{option} {agent!r}: cannot split like a shell: {exc}") from None
     if not words or not words[0]:
         raise fail(command, f"{option} {agent!r}: the agent's command is empty")
+
+
+def interrupted(exc: BaseException) -> bool:
+    """Ctrl-C: a KeyboardInterrupt, alone or in an exception group from a nursery."""
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.subgroup(KeyboardInterrupt) is not None
+    return isinstance(exc, KeyboardInterrupt)

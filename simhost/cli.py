@@ -18,14 +18,15 @@ from simhost._usage import USAGE, one_line, plain_console
 from simhost.chat.cli import chat_command
 from simhost.run.cli import run_command
 from simhost.runtime.cli import runtime_command
+from simhost.serve.cli import serve_command
 
 app = typer.Typer(
     name="simhost",
     help=(
         "Reference host for permclient: a stand-in editor that shows every permission "
         "request a coding agent makes and blocks it until you answer (chat), and a "
-        "deterministic stand-in agent runtime (runtime), and a runner of scripted multi-turn "
-        "concurrency scenarios against any agent (run)."
+        "deterministic stand-in agent runtime (runtime), a runner of scripted multi-turn "
+        "concurrency scenarios against any agent (run), and a web approvals panel (serve)."
     ),
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -34,6 +35,7 @@ app = typer.Typer(
 app.command("chat")(chat_command)
 app.command("runtime")(runtime_command)
 app.command("run")(run_command)
+app.command("serve")(serve_command)
 
 
 @app.callback(invoke_without_command=True)

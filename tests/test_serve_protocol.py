@@ -94,7 +94,7 @@ def test_each_view_message_decodes_to_its_shape(wire: dict[str, object], message
             b'"decision": {"outcome": "selected", "optionId": null}}',
             "invalid message: Expected `str`, got `null`",
         ),
-        (b'{"type": "set_preset", "sessionId": "s", "preset": "yolo"}', "invalid message"),
+        (b'{"type": "set_preset", "sessionId": "s", "preset": ""}', "invalid message"),
         (b'{"type": "open", "view": ""}', "invalid message: Expected `str` of length >= 1"),
         (b'{"type": "open", "view": "tab\\u001b[2J"}', "a view's name must be printable"),
         (b'{"type": "prompt", "sessionId": "s", "text": ""}', "invalid message"),

@@ -262,3 +262,36 @@ def test_a_token_under_128_bits_is_refused() -> None:
         Gate("short")
     with pytest.raises(ValueError):
         Gate("")
+
+
+async def test_a_websocket_gets_no_compression_extension() -> None:
+    """A client's ``permessage-deflate`` offer is declined: inflating has no limit."""
+    async with serving(Relay()) as authority:
+        host, port = authority.split(":")
+        stream = await trio.open_tcp_stream(host, int(port))
+        async with stream:
+            request = (
+                f"GET /ws?token={TOKEN} HTTP/1.1\r\nHost: {authority}\r\n"
+                f"Origin: http://{authority}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+                "Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n\r\n"
+            )
+            await stream.send_all(request.encode())
+            head = b""
+            with trio.fail_after(WAIT_S):
+                while b"\r\n\r\n" not in head:
+                    head += await stream.receive_some()
+        assert head.startswith(b"HTTP/1.1 101")
+        assert b"sec-websocket-extensions" not in head.lower()
+
+
+def test_a_message_over_the_limit_keeps_none_of_its_bytes_nor_what_follows() -> None:
+    from hypercorn.protocol import ws_stream
+    from wsproto.events import TextMessage
+
+    buffer = ws_stream.WebsocketBuffer(10)
+    buffer.extend(TextMessage("12345", message_finished=False))
+    for _ in range(3):  # the first overflow, then frames the peer sends after the close
+        with pytest.raises(ws_stream.FrameTooLargeError):
+            buffer.extend(TextMessage("x" * 100, message_finished=False))
+        assert buffer.value is None

@@ -10,7 +10,7 @@ import trio
 import typer
 
 from permclient import DialectName
-from simhost._usage import check_agent_command, fail
+from simhost._usage import check_agent_command, fail, interrupted
 
 __all__ = ["chat_command"]
 
@@ -149,16 +149,10 @@ def chat_command(
         )
         code = trio.run(run_chat, config)
     except BaseException as exc:
-        if not _interrupted(exc):
+        if not interrupted(exc):
             raise
         # Ctrl-C before the chat takes it as an event (or after): trio has unwound
         # the run by now, so whatever was started is stopped.
         raise fail(command, "interrupted", 130) from None
     raise typer.Exit(code)
 
-
-def _interrupted(exc: BaseException) -> bool:
-    """Ctrl-C: a KeyboardInterrupt, alone or in an exception group from a nursery."""
-    if isinstance(exc, BaseExceptionGroup):
-        return exc.subgroup(KeyboardInterrupt) is not None
-    return isinstance(exc, KeyboardInterrupt)

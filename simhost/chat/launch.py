@@ -33,7 +33,7 @@ from .screen import LiveScreen, PlainScreen, Screen
 from .terminal import InputEvent, forward_signals, raw_keyboard, read_keys, read_lines
 from .text import visible
 
-__all__ = ["ChatConfig", "run_chat"]
+__all__ = ["ChatConfig", "RuntimeLog", "run_chat"]
 
 LOG_NAME: Final = "chat-runtime.log"
 _TAIL_BYTES: Final = 4000
@@ -73,14 +73,14 @@ class ChatConfig:
         return argv
 
 
-class _RuntimeLog:
+class RuntimeLog:
     """The runtime's stderr: a file in the state folder, or an anonymous temporary file."""
 
-    def __init__(self, state_dir: Path | None) -> None:
+    def __init__(self, state_dir: Path | None, name: str = LOG_NAME) -> None:
         self.file: IO[bytes]
         if state_dir is not None:
             state_dir.mkdir(parents=True, exist_ok=True)
-            self.path: Path | None = state_dir / LOG_NAME
+            self.path: Path | None = state_dir / name
             self.file = open(self.path, "a+b")  # noqa: SIM115 - closed by close()
         else:
             self.path = None
@@ -175,7 +175,7 @@ async def run_chat(
             _error(err_console, f"cannot open the telemetry file {config.telemetry}: {_why(exc)}")
             return USAGE
         try:
-            log = _RuntimeLog(config.state_dir)
+            log = RuntimeLog(config.state_dir)
         except OSError as exc:
             _error(err_console, f"cannot use the state folder {config.state_dir}: {_why(exc)}")
             return USAGE

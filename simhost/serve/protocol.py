@@ -26,7 +26,8 @@ MAX_MESSAGE: Final = 64 * 1024
 MAX_PROMPT: Final = 32 * 1024
 MAX_NAME: Final = 64
 
-Preset: TypeAlias = Literal["ask", "read-only", "auto-edit"]
+# A preset's id: the agent's (the reference runtime has ask, read-only, auto-edit).
+Preset: TypeAlias = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NAME)]
 ViewName: TypeAlias = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NAME)]
 PromptText: TypeAlias = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_PROMPT)]
 

@@ -14,14 +14,18 @@ Work in progress: the page, sessions, prompts and presets are not served yet.
 
 from __future__ import annotations
 
+import functools
 import secrets
 import socket
 from collections.abc import Awaitable, Callable
+from contextlib import ExitStack
+from importlib import resources
 from typing import Any, Final
 
 import msgspec
 import trio
 from hypercorn.config import Config, Sockets
+from hypercorn.protocol import ws_stream
 from hypercorn.trio import serve
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -32,14 +36,21 @@ from starlette.websockets import WebSocket
 
 from permclient.relay import AnswerRefused, Relay, Subscription
 
+from .host import Listener, ServeHost
 from .protocol import (
     MAX_MESSAGE,
     Answer,
+    CancelTurn,
     Error,
+    ListPresets,
+    ListSessions,
+    NewSession,
     Open,
     Opened,
+    Prompt,
     Replayed,
     ServerMessage,
+    SetPreset,
     decode_view_message,
     encode,
 )
@@ -64,40 +75,100 @@ TCP_USER_TIMEOUT_MS: Final = 15_000
 
 
 class Gate:
-    """Who may come in: the token, and the authority (``host:port``) once bound."""
+    """Who may come in: the token (in ``?token=``, or the cookie the page gets with
+    it), and the authority (``host:port``) once bound."""
 
     def __init__(self, token: str) -> None:
         if len(token) < MIN_TOKEN:
             raise ValueError(f"a token of at least {MIN_TOKEN} characters (128 bits)")
         self.token = token
-        self.authority: str | None = None
+        self.authorities: frozenset[str] = frozenset()
+        self.cookie = "simhost-token"
 
-    def refuses(self, headers: Any, token: str | None) -> str | None:
-        """Why a request with these headers and ``?token=`` is refused, or None."""
-        if self.authority is None or headers.get("host") != self.authority:
+    def bind(self, host: str, port: int) -> str:
+        """Accept requests for ``host:port`` (and ``localhost:port`` on a loopback
+        address); the authority to print."""
+        authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        loopback = host in ("127.0.0.1", "::1")
+        self.authorities = frozenset({authority, f"localhost:{port}"} if loopback else {authority})
+        self.cookie = f"simhost-token-{port}"  # (a cookie is per host, not per port)
+        return authority
+
+    def refuses(self, scope: Scope, headers: Any, token: str | None) -> str | None:
+        """Why a request is refused, or None."""
+        if scope.get("http_version") not in ("1.0", "1.1"):
+            return "HTTP/1.1 only"
+        if headers.get("host") not in self.authorities:
             return "the Host header does not name this server"
-        if not secrets.compare_digest((token or "").encode(), self.token.encode()):
+        given = token or _cookie(headers, self.cookie) or ""
+        if not secrets.compare_digest(given.encode(), self.token.encode()):
             return "wrong or missing token"
         return None
 
     def refuses_origin(self, headers: Any) -> str | None:
-        if headers.get("origin") != f"http://{self.authority}":
+        if headers.get("origin") != f"http://{headers.get('host')}":
             return "the Origin is not this server's"
         return None
 
 
-def make_app(relay: Relay, gate: Gate) -> Callable[..., Awaitable[None]]:
-    """The ASGI app: ``/`` (HTTP) and ``/ws`` (the relay protocol), every path and
-    method behind the gate and with the security headers."""
+def _cookie(headers: Any, name: str) -> str | None:
+    cookies: str = headers.get("cookie", "")
+    for part in cookies.split(";"):
+        key, _, value = part.strip().partition("=")
+        if key == name:
+            return value
+    return None
+
+
+STATIC: Final = resources.files("simhost.serve") / "static"
+_CONTENT_TYPES: Final = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".png": "image/png",
+    ".svg": "image/svg+xml",
+}
+
+
+def _static_file(name: str) -> Response:
+    """A file of the page (package data): only a plain name of a known type."""
+    suffix = "." + name.rpartition(".")[2]
+    if "/" in name or name.startswith(".") or suffix not in _CONTENT_TYPES:
+        return PlainTextResponse("not found", 404)
+    try:
+        body = (STATIC / name).read_bytes()
+    except OSError:
+        return PlainTextResponse("not found", 404)
+    return Response(body, media_type=_CONTENT_TYPES[suffix])
+
+
+def make_app(
+    relay: Relay, gate: Gate, host: ServeHost | None = None
+) -> Callable[..., Awaitable[None]]:
+    """The ASGI app: ``/`` (the page), ``/static/NAME`` (its files) and ``/ws`` (the
+    relay protocol), every path and method behind the gate and with the security
+    headers. Without a ``host``, views answer questions and nothing else."""
 
     async def index(request: Request) -> Response:
-        return PlainTextResponse("simhost serve: views connect to /ws\n")
+        page = _static_file("index.html")
+        if request.query_params.get("token"):  # (the page's own files come without it)
+            page.set_cookie(gate.cookie, gate.token, httponly=True, samesite="strict")
+        return page
+
+    async def static(request: Request) -> Response:
+        return _static_file(request.path_params["name"])
 
     async def views(websocket: WebSocket) -> None:
         await websocket.accept()
-        await ViewSocket(websocket, relay).run()
+        await ViewSocket(websocket, relay, host).run()
 
-    routes = Starlette(routes=[Route("/", index), WebSocketRoute("/ws", views)])
+    routes = Starlette(
+        routes=[
+            Route("/", index),
+            Route("/static/{name}", static),
+            WebSocketRoute("/ws", views),
+        ]
+    )
 
     async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -105,7 +176,7 @@ def make_app(relay: Relay, gate: Gate) -> Callable[..., Awaitable[None]]:
             await routes(scope, receive, send)  # (lifespan)
             return
         request = Request(scope) if kind == "http" else WebSocket(scope, receive, send)
-        why = gate.refuses(request.headers, request.query_params.get("token"))
+        why = gate.refuses(scope, request.headers, request.query_params.get("token"))
         if why is None and kind == "websocket":
             why = gate.refuses_origin(request.headers)
         if why is not None:
@@ -133,11 +204,12 @@ _OURS: Final = {name for name, _ in _SECURITY_HEADER_BYTES}
 
 
 class ViewSocket:
-    """One view's WebSocket: ``open`` first, then answers in and events out."""
+    """One view's WebSocket: ``open`` first, then requests in and events out."""
 
-    def __init__(self, websocket: WebSocket, relay: Relay) -> None:
+    def __init__(self, websocket: WebSocket, relay: Relay, host: ServeHost | None) -> None:
         self.websocket = websocket
         self.relay = relay
+        self.host = host
         self.sending = trio.Lock()  # events and replies are whole messages, one at a time
 
     async def send(self, message: ServerMessage) -> None:
@@ -170,14 +242,18 @@ class ViewSocket:
             await self.send(Error("the first message must be open"))
             await self.websocket.close(code=POLICY_VIOLATION)
             return
-        with self.relay.subscribe(opening.view) as events:
+        with self.relay.subscribe(opening.view) as events, ExitStack() as stack:
+            listener = stack.enter_context(self.host.listen()) if self.host else None
             await self.send(Opened(opening.view))
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._forward, events, nursery.cancel_scope)
+                if listener is not None:
+                    nursery.start_soon(self._forward_host, listener, nursery.cancel_scope)
                 while (data := await self.receive()) is not None:
-                    await self._handle(decode_view_message(data), opening.view)
+                    await self._handle(decode_view_message(data), opening.view, listener)
                 nursery.cancel_scope.cancel()
-            if events.dropped or self.relay.closed:  # (told with a close frame)
+            dropped = events.dropped or (listener is not None and listener.dropped)
+            if dropped or self.relay.closed:  # (told with a close frame)
                 await self.websocket.close()
 
     async def _forward(self, events: Subscription, scope: trio.CancelScope) -> None:
@@ -191,7 +267,12 @@ class ViewSocket:
                 await self.send(Replayed(events.replayed))
         scope.cancel()  # the relay closed, or this view fell too far behind
 
-    async def _handle(self, message: object, view: str) -> None:
+    async def _forward_host(self, listener: Listener, scope: trio.CancelScope) -> None:
+        async for message in listener.receive:
+            await self.send(message)
+        scope.cancel()  # this view fell too far behind
+
+    async def _handle(self, message: object, view: str, listener: Listener | None) -> None:
         if isinstance(message, Error):
             await self.send(message)
         elif isinstance(message, Answer):
@@ -203,8 +284,77 @@ class ViewSocket:
                 await self.send(result)  # (a resolution reaches every view as an event)
         elif isinstance(message, Open):
             await self.send(Error("already open"))
+        elif self.host is None or listener is None:
+            await self.send(Error(f"not served here: {type(message).__name__}"))
         else:
-            await self.send(Error(f"not served yet: {type(message).__name__}"))
+            reply = self._for_host(self.host, message, listener)
+            if reply is not None:
+                await self.send(reply)
+
+    @staticmethod
+    def _for_host(host: ServeHost, message: object, listener: Listener) -> ServerMessage | None:
+        """Hand a session request to the host: an immediate reply, if any (a request
+        that waits for the agent replies later, through ``listener``)."""
+        if isinstance(message, ListSessions):
+            return host.session_list()
+        if isinstance(message, Prompt):
+            return host.prompt(message.session_id, message.text)
+        if isinstance(message, CancelTurn):
+            return host.cancel_turn(message.session_id)
+        if isinstance(message, NewSession):
+            host.start_request(listener, functools.partial(_created, host))
+        elif isinstance(message, ListPresets):
+            host.start_request(listener, functools.partial(host.presets, message.session_id))
+        elif isinstance(message, SetPreset):
+            request = functools.partial(host.set_preset, message.session_id, message.preset)
+            host.start_request(listener, request)
+        return None
+
+
+async def _created(host: ServeHost) -> None:
+    await host.new_session()  # (every view is told: ``created``)
+
+
+class _PlainHandshake(ws_stream.Handshake):
+    """A WebSocket handshake that accepts no extension. hypercorn always accepts
+    ``permessage-deflate`` when a client offers it, and wsproto inflates a frame
+    with no limit: a few kilobytes on the wire would become megabytes here."""
+
+    def __init__(self, headers: list[tuple[bytes, bytes]], http_version: str) -> None:
+        super().__init__(headers, http_version)
+        self.extensions = None
+
+
+class _CappedBuffer(ws_stream.WebsocketBuffer):
+    """A message buffer that keeps nothing once a message is over the limit.
+    hypercorn closes the connection (1009) on the first overflow, but goes on
+    buffering what the peer sends until the peer acknowledges the close."""
+
+    def extend(self, event: Any) -> None:
+        if self.length > self.max_length:
+            raise ws_stream.FrameTooLargeError()
+        try:
+            super().extend(event)
+        except ws_stream.FrameTooLargeError:
+            self.value = None  # (the message is refused: its bytes are not kept)
+            raise
+
+
+def _harden_websockets() -> None:
+    """Install the two classes above in hypercorn's WebSocket stream (it has no
+    setting for either). Checked at import: an incompatible hypercorn fails here,
+    with a message, rather than serve without them."""
+    if not (
+        isinstance(getattr(ws_stream, "Handshake", None), type)
+        and isinstance(getattr(ws_stream, "WebsocketBuffer", None), type)
+        and hasattr(ws_stream, "FrameTooLargeError")
+    ):  # pragma: no cover - a hypercorn whose WebSocket stream we do not know
+        raise ImportError("simhost serve: this hypercorn's WebSocket stream is not supported")
+    ws_stream.Handshake = _PlainHandshake  # type: ignore[misc]
+    ws_stream.WebsocketBuffer = _CappedBuffer  # type: ignore[misc]
+
+
+_harden_websockets()
 
 
 class _Config(Config):
@@ -238,17 +388,18 @@ async def serve_relay(
     port: int,
     shutdown: Callable[[], Awaitable[None]],
     *,
+    sessions: ServeHost | None = None,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve ``relay`` until ``shutdown()`` returns; ``task_status`` gets the
-    bound ``host:port``."""
+    """Serve ``relay`` (and the ``sessions`` of a host, if given) until
+    ``shutdown()`` returns; ``task_status`` gets the bound ``host:port``."""
 
     config = hypercorn_config(host, port)
 
     async def started_binds(task_status: trio.TaskStatus[list[str]]) -> None:
         try:
             await serve(
-                make_app(relay, gate),
+                make_app(relay, gate, sessions),
                 config,
                 shutdown_trigger=shutdown,
                 task_status=task_status,
@@ -260,5 +411,5 @@ async def serve_relay(
 
     async with trio.open_nursery() as nursery:
         binds = await nursery.start(started_binds)
-        gate.authority = binds[0].removeprefix("http://")
-        task_status.started(gate.authority)
+        bound_port = int(binds[0].rpartition(":")[2])
+        task_status.started(gate.bind(host, bound_port))

@@ -1,0 +1,251 @@
+"""The host behind ``simhost serve``: one agent, its sessions, and the views' requests.
+
+Questions go through a :class:`permclient.relay.Relay` (registered as every
+session's permission handler); everything else a view asks for (a session, a
+prompt, a turn's cancel, a preset) goes through :class:`ServeHost`, which runs it
+against the agent (a :class:`~simhost.chat.backends.Backend`, as ``simhost chat``
+does) and tells every view what happened as :class:`SessionEvent` messages.
+
+A preset switch is held, last write wins, and applied when the session's next
+turn starts: a switch never changes what a running turn asks.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from typing import Final
+
+import trio
+
+from permclient import Client, ConnectionClosed, InboundNotification, RequestError
+from permclient.relay import Relay
+from simhost._updates import message_text
+from simhost.chat.backends import Backend, Unsupported
+
+from .protocol import Error, Presets, ServerMessage, SessionEvent, SessionInfo, Sessions
+
+__all__ = ["Listener", "ServeHost", "ServedSession"]
+
+# Host messages a view may fall behind by before it is dropped (it reconnects).
+LISTENER_BUFFER: Final = 1024
+# A request to the agent on a view's behalf that takes longer than this is given up.
+AGENT_WAIT_S: Final = 30
+
+
+class ServedSession:
+    """A session this host opened, and what its views need to know of it."""
+
+    def __init__(self, session_id: str, title: str | None) -> None:
+        self.session_id = session_id
+        self.title = title or ""
+        self.turn: trio.CancelScope | None = None
+        self.presets: list[str] = []
+        self.preset: str | None = None  # the one in force, once known
+        self.held_preset: str | None = None  # applied when the next turn starts
+
+
+class Listener:
+    """One view's host messages, in order; :attr:`dropped` once it fell too far behind."""
+
+    def __init__(self) -> None:
+        self.dropped = False
+        self._send, self.receive = trio.open_memory_channel[ServerMessage](LISTENER_BUFFER)
+
+    def deliver(self, message: ServerMessage) -> None:
+        try:
+            self._send.send_nowait(message)
+        except trio.WouldBlock:
+            self.dropped = True
+            self._send.close()
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+
+    def close(self) -> None:
+        self._send.close()
+        self.receive.close()
+
+
+class ServeHost:
+    """Sessions, prompts, turns and presets for the views of one agent."""
+
+    def __init__(self, client: Client, backend: Backend, relay: Relay) -> None:
+        self.client = client
+        self.backend = backend
+        self.relay = relay
+        self.sessions: dict[str, ServedSession] = {}
+        self._listeners: set[Listener] = set()
+        self._registrations = ExitStack()
+        self._nursery: trio.Nursery | None = None
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Own the turns' tasks until cancelled; the registrations end with it."""
+        with self._registrations:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                task_status.started()
+                await trio.sleep_forever()
+
+    # ------------------------------------------------------------------ views
+
+    @contextmanager
+    def listen(self) -> Iterator[Listener]:
+        listener = Listener()
+        self._listeners.add(listener)
+        try:
+            yield listener
+        finally:
+            self._listeners.discard(listener)
+            listener.close()
+
+    def _broadcast(self, message: ServerMessage) -> None:
+        for listener in list(self._listeners):
+            listener.deliver(message)
+
+    def session_list(self) -> Sessions:
+        waiting: dict[str, int] = {}
+        for question in self.relay.pending():
+            waiting[question.session_id] = waiting.get(question.session_id, 0) + 1
+        return Sessions(
+            [
+                SessionInfo(s.session_id, s.title, waiting.get(s.session_id, 0), s.turn is not None)
+                for s in self.sessions.values()
+            ]
+        )
+
+    # --------------------------------------------------------------- sessions
+
+    async def new_session(self) -> str:
+        """Open a session on the agent; every view is told (``created``)."""
+        session_id, title = await self.backend.new_session(None)
+        if session_id not in self.sessions:
+            self.sessions[session_id] = ServedSession(session_id, title)
+            self._registrations.enter_context(
+                self.client.permission_handler(session_id, self.relay.handler)
+            )
+            self._registrations.enter_context(
+                self.client.on_session_notification(
+                    session_id, functools.partial(self._on_notification, session_id)
+                )
+            )
+        self._broadcast(SessionEvent(session_id, "created", self.sessions[session_id].title))
+        return session_id
+
+    def _on_notification(self, session_id: str, notification: InboundNotification) -> None:
+        update = notification.update
+        text = message_text(update) if update is not None else None
+        if text:
+            self._broadcast(SessionEvent(session_id, "message", text))
+
+    def _session(self, session_id: str) -> ServedSession | Error:
+        session = self.sessions.get(session_id)
+        return session if session is not None else Error("no such session")
+
+    # ------------------------------------------------------------------ turns
+
+    def prompt(self, session_id: str, text: str) -> Error | None:
+        """Start a turn with ``text``; an :class:`Error` if the session cannot take one."""
+        session = self._session(session_id)
+        if isinstance(session, Error):
+            return session
+        if session.turn is not None:
+            return Error("the session already has a turn running: wait, or cancel it")
+        assert self._nursery is not None
+        session.turn = trio.CancelScope()
+        self._nursery.start_soon(self._turn, session, session.turn, text)
+        return None
+
+    async def _turn(self, session: ServedSession, scope: trio.CancelScope, text: str) -> None:
+        self._broadcast(SessionEvent(session.session_id, "turn_started"))
+        ended = "cancelled"
+        try:
+            with scope:
+                if session.held_preset is not None:
+                    await self._apply_held_preset(session)
+                ended = await self.backend.prompt(session.session_id, text)
+        except Unsupported as exc:
+            ended = f"error: {exc}"
+        except RequestError as exc:
+            ended = f"error: the {self.backend.role} answered with an error {exc}"
+        except ConnectionClosed as exc:
+            ended = f"error: the {self.backend.role} connection is gone ({exc})"
+        finally:
+            session.turn = None
+            self._broadcast(SessionEvent(session.session_id, "turn_ended", ended))
+
+    def cancel_turn(self, session_id: str) -> Error | None:
+        """Cancel the session's turn: permclient answers its questions ``cancelled``
+        (the relay withdraws them for every view) and tells the agent."""
+        session = self._session(session_id)
+        if isinstance(session, Error):
+            return session
+        if session.turn is None:
+            return Error("the session has no turn running")
+        session.turn.cancel()
+        return None
+
+    # ---------------------------------------------------------------- presets
+
+    async def presets(self, session_id: str) -> Presets | Error:
+        session = self._session(session_id)
+        if isinstance(session, Error):
+            return session
+        if session.preset is None:
+            known = await self.backend.permissions(session_id)  # (raises Unsupported)
+            session.presets = [preset.preset_id for preset in known.presets]
+            session.preset = known.preset_id
+        return self._presets_of(session)
+
+    async def set_preset(self, session_id: str, preset: str) -> Error | None:
+        """Hold ``preset`` for the session's next turn (the last switch wins); every
+        view is told (``presets``)."""
+        listing = await self.presets(session_id)
+        if isinstance(listing, Error):
+            return listing
+        if preset not in listing.presets:
+            return Error(f"no such preset: the session has {', '.join(listing.presets)}")
+        session = self.sessions[session_id]
+        session.held_preset = None if preset == session.preset else preset
+        self._broadcast(self._presets_of(session))
+        return None
+
+    async def _apply_held_preset(self, session: ServedSession) -> None:
+        held, session.held_preset = session.held_preset, None
+        assert held is not None
+        session.preset = await self.backend.set_permission(session.session_id, held)
+        self._broadcast(self._presets_of(session))
+
+    @staticmethod
+    def _presets_of(session: ServedSession) -> Presets:
+        return Presets(
+            session.session_id, list(session.presets), session.preset or "", session.held_preset
+        )
+
+    def start_request(
+        self, listener: Listener, request: Callable[[], Awaitable[ServerMessage | None]]
+    ) -> None:
+        """Run a view's request against the agent in the host's own task (a view that
+        goes away does not abandon it halfway), within :data:`AGENT_WAIT_S`; its
+        reply, or the :class:`Error` that says why there is none, goes to that view."""
+        assert self._nursery is not None
+        self._nursery.start_soon(self._request, listener, request)
+
+    async def _request(
+        self, listener: Listener, request: Callable[[], Awaitable[ServerMessage | None]]
+    ) -> None:
+        role = self.backend.role
+        reply: ServerMessage | None
+        try:
+            with trio.fail_after(AGENT_WAIT_S):
+                reply = await request()
+        except trio.TooSlowError:
+            reply = Error(f"the {role} did not answer within {AGENT_WAIT_S} s")
+        except Unsupported as exc:
+            reply = Error(str(exc))
+        except RequestError as exc:
+            reply = Error(f"the {role} answered with an error {exc}")
+        except ConnectionClosed as exc:
+            reply = Error(f"the {role} connection is gone ({exc})")
+        if reply is not None:
+            listener.deliver(reply)
