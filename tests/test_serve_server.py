@@ -3,39 +3,24 @@ WebSocket client, against hypercorn on a real socket."""
 
 from __future__ import annotations
 
-import gc
 import json
-import warnings
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
-from typing import Any
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import httpx
 import pytest
 import trio
 import trio.testing
-from trio_websocket import ConnectionClosed, ConnectionRejected, WebSocketConnection
-from trio_websocket import open_websocket_url as open_ws
+from trio_websocket import ConnectionClosed, ConnectionRejected
 
 from permclient.relay import Relay
 from simhost.serve.protocol import MAX_MESSAGE
 from simhost.serve.server import SECURITY_HEADERS, Gate, serve_relay
 
 from .peer import CANCELLED, connected, selected
+from .serving import TOKEN, WAIT_S, freed_quietly, next_message, opened, sockets_freed_quietly, view
 
-TOKEN = "t0k3n-" + "x" * 26
-WAIT_S = 10
-
-
-@pytest.fixture(autouse=True)
-def _sockets_freed_quietly() -> Iterator[None]:
-    """What the libraries leave to the garbage collector (trio-websocket's sockets,
-    hypercorn's connections, in reference cycles) is collected as each test ends,
-    quietly: collected later, its ResourceWarning would fail whichever test is
-    running then."""
-    yield
-    with freed_quietly():
-        pass
+sockets_freed_quietly = pytest.fixture(autouse=True)(sockets_freed_quietly)
 
 
 @asynccontextmanager
@@ -48,43 +33,6 @@ async def serving(relay: Relay) -> AsyncIterator[str]:
             yield authority
         finally:
             stop.set()
-
-
-@asynccontextmanager
-async def view(
-    authority: str, token: str = TOKEN, origin: str | None = None
-) -> AsyncIterator[WebSocketConnection]:
-    headers = [("Origin", origin or f"http://{authority}")]
-    async with open_ws(f"ws://{authority}/ws?token={token}", extra_headers=headers) as ws:
-        yield ws
-
-
-@contextmanager
-def freed_quietly() -> Iterator[None]:
-    """trio-websocket leaves its own socket to the garbage collector when the server
-    closed the connection: free it in here (``del`` the connection), quietly,
-    rather than fail whichever test runs when it is collected."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ResourceWarning)
-        yield
-        gc.collect()
-
-
-async def next_message(ws: WebSocketConnection) -> dict[str, Any]:
-    with trio.fail_after(WAIT_S):
-        message: dict[str, Any] = json.loads(await ws.get_message())
-    return message
-
-
-async def opened(ws: WebSocketConnection, name: str) -> list[dict[str, Any]]:
-    """Open as ``name``; the replay that follows (up to ``replayed``)."""
-    await ws.send_message(json.dumps({"type": "open", "view": name}))
-    assert await next_message(ws) == {"type": "opened", "view": name, "version": 1}
-    replay = []
-    while (message := await next_message(ws))["type"] != "replayed":
-        replay.append(message)
-    assert message == {"type": "replayed", "count": len(replay)}
-    return replay
 
 
 async def test_http_needs_the_token_and_this_servers_host_and_sends_a_strict_policy() -> None:

@@ -141,6 +141,7 @@ async def _serve(
             return _stopped(nursery, 1 if agent_gone else 130)
         stop_server = trio.Event()
         async with trio.open_nursery() as web:
+            unusable: OSError | None = None
             try:
                 authority = await web.start(
                     functools.partial(serve_relay, sessions=host),
@@ -150,8 +151,10 @@ async def _serve(
                     config.port,
                     stop_server.wait,
                 )
-            except OSError as exc:
-                why = exc.strerror or str(exc)
+            except* OSError as group:  # (hypercorn binds in a nursery of its own)
+                unusable = _first_os_error(group)
+            if unusable is not None:
+                why = unusable.strerror or str(unusable)
                 _error(err_console, f"cannot listen on {config.host}:{config.port}: {why}")
                 return _stopped(nursery, 2)
             name = info.runtime_info.name if info.runtime_info is not None else role
@@ -185,6 +188,11 @@ async def _unless(event: trio.Event, fn: Callable[[], Awaitable[T]]) -> T | None
         race.start_soon(run)
         race.start_soon(wait)
     return result
+
+
+def _first_os_error(group: BaseExceptionGroup[OSError]) -> OSError:
+    error = group.exceptions[0]
+    return _first_os_error(error) if isinstance(error, BaseExceptionGroup) else error
 
 
 def _stopped(nursery: trio.Nursery, code: int) -> int:

@@ -1,0 +1,164 @@
+"""What the tests of ``simhost serve`` share: a server in a child process, and views
+that speak the relay protocol through a real WebSocket client (trio-websocket)."""
+
+from __future__ import annotations
+
+import gc
+import json
+import signal
+import subprocess
+import sys
+import warnings
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import trio
+from trio_websocket import WebSocketConnection
+from trio_websocket import open_websocket_url as open_ws
+
+TOKEN = "t0k3n-" + "x" * 26
+WAIT_S = 10
+
+
+def sockets_freed_quietly() -> Iterator[None]:
+    """What the libraries leave to the garbage collector (trio-websocket's sockets,
+    hypercorn's connections, in reference cycles) is collected as each test ends,
+    quietly: collected later, its ResourceWarning would fail whichever test is
+    running then. (A test module makes it an autouse fixture.)"""
+    yield
+    with freed_quietly():
+        pass
+
+
+@contextmanager
+def freed_quietly() -> Iterator[None]:
+    """trio-websocket leaves its own socket to the garbage collector when the server
+    closed the connection: free it in here (``del`` the connection), quietly,
+    rather than fail whichever test runs when it is collected."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        yield
+        gc.collect()
+
+
+@asynccontextmanager
+async def view(
+    authority: str, token: str = TOKEN, origin: str | None = None
+) -> AsyncIterator[WebSocketConnection]:
+    headers = [("Origin", origin or f"http://{authority}")]
+    async with open_ws(f"ws://{authority}/ws?token={token}", extra_headers=headers) as ws:
+        yield ws
+
+
+async def next_message(ws: WebSocketConnection) -> dict[str, Any]:
+    with trio.fail_after(WAIT_S):
+        message: dict[str, Any] = json.loads(await ws.get_message())
+    return message
+
+
+async def send(ws: WebSocketConnection, message: dict[str, Any]) -> None:
+    await ws.send_message(json.dumps(message))
+
+
+async def opened(ws: WebSocketConnection, name: str) -> list[dict[str, Any]]:
+    """Open as ``name``; the replay that follows (up to ``replayed``)."""
+    await send(ws, {"type": "open", "view": name})
+    assert await next_message(ws) == {"type": "opened", "view": name, "version": 1}
+    replay = []
+    while (message := await next_message(ws))["type"] != "replayed":
+        replay.append(message)
+    assert message == {"type": "replayed", "count": len(replay)}
+    return replay
+
+
+async def until(ws: WebSocketConnection, wanted: dict[str, Any]) -> dict[str, Any]:
+    """The next message that has every field of ``wanted`` (others are skipped)."""
+    while True:
+        message = await next_message(ws)
+        if all(message.get(key) == value for key, value in wanted.items()):
+            return message
+
+
+async def all_of(ws: WebSocketConnection, *wanted: dict[str, Any]) -> list[dict[str, Any]]:
+    """The first message like each of ``wanted`` (as :func:`until`), in any order:
+    question events and session events travel apart."""
+    found: list[dict[str, Any] | None] = [None] * len(wanted)
+    while None in found:
+        message = await next_message(ws)
+        for index, fields in enumerate(wanted):
+            if found[index] is None and all(message.get(k) == v for k, v in fields.items()):
+                found[index] = message
+                break
+    return [message for message in found if message is not None]
+
+
+@dataclass
+class Served:
+    """A ``simhost serve`` child: its URL's parts, and the process."""
+
+    url: str
+    authority: str
+    token: str
+    process: trio.Process
+
+    def agent_pid(self) -> int:
+        """The agent the server started (its only child, forked by any of its threads)."""
+        tasks = Path(f"/proc/{self.process.pid}/task")
+        (child,) = [
+            pid for task in tasks.iterdir() for pid in (task / "children").read_text().split()
+        ]
+        return int(child)
+
+
+async def _read_all(stream: trio.abc.ReceiveStream) -> bytes:
+    data = bytearray()
+    while chunk := await stream.receive_some():
+        data += chunk
+    return bytes(data)
+
+
+@asynccontextmanager
+async def served(workspace: Path, *args: str) -> AsyncIterator[Served]:
+    """``simhost serve --port 0`` in ``workspace``, until the block ends (then Ctrl-C,
+    and it must exit 0 or 1 within WAIT_S, without a traceback)."""
+    argv = [sys.executable, "-m", "simhost", "serve", "--workspace", str(workspace)]
+    argv += ["--port", "0", "--state-dir", str(workspace / ".state"), *args]
+    process = await trio.lowlevel.open_process(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=workspace
+    )
+    assert process.stdout is not None and process.stderr is not None
+    err = b""
+    async with trio.open_nursery() as nursery:
+
+        async def read_err() -> None:
+            nonlocal err
+            assert process.stderr is not None
+            err = await _read_all(process.stderr)
+
+        nursery.start_soon(read_err)
+        try:
+            line = b""
+            with trio.fail_after(WAIT_S * 3):
+                while not line.endswith(b"\n"):
+                    chunk = await process.stdout.receive_some(1)
+                    assert chunk, "simhost serve ended without serving"
+                    line += chunk
+            assert line.startswith(b"serving at http://"), line
+            url = line.decode().split()[-1]
+            parts = urlsplit(url)
+            yield Served(url, parts.netloc, parse_qs(parts.query)["token"][0], process)
+        finally:
+            if process.returncode is None:
+                process.send_signal(signal.SIGINT)
+            with trio.move_on_after(WAIT_S):
+                await process.wait()
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+            await process.stdout.aclose()
+    text = err.decode()
+    assert process.returncode in (0, 1) and "Traceback" not in text, text
