@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import httpx
 import pytest
@@ -42,6 +43,7 @@ async def test_http_needs_the_token_and_this_servers_host_and_sends_a_strict_pol
         for name, value in SECURITY_HEADERS.items():
             assert good.headers[name] == value
         assert "access-control-allow-origin" not in good.headers
+        http.cookies.clear()  # (the page's cookie: the token, see test_serve_app)
         assert (await http.get(f"http://{authority}/")).status_code == 403
         assert (await http.get(f"http://{authority}/?token=nope")).status_code == 403
         rebound = await http.get(
@@ -243,3 +245,18 @@ def test_a_message_over_the_limit_keeps_none_of_its_bytes_nor_what_follows() -> 
         with pytest.raises(ws_stream.FrameTooLargeError):
             buffer.extend(TextMessage("x" * 100, message_finished=False))
         assert buffer.value is None
+
+
+async def test_an_elicitation_is_answered_cancel_without_a_view_seeing_it() -> None:
+    """Not advertised by simhost serve: one that comes anyway is cancelled."""
+    from simhost.chat.backends import AcpBackend
+    from simhost.serve.host import ServeHost
+
+    async with connected("acp") as (client, peer), trio.open_nursery() as nursery:
+        host = ServeHost(client, AcpBackend(client, Path(".")), Relay())
+        await nursery.start(host.run)
+        params = {"sessionId": "s1", "mode": "form", "message": "Your password?"}
+        request_id = await peer.request("elicitation/create", params)
+        reply = await peer.receive()
+        assert reply == {"jsonrpc": "2.0", "id": request_id, "result": {"action": "cancel"}}
+        nursery.cancel_scope.cancel()

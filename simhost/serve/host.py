@@ -34,6 +34,10 @@ LISTENER_BUFFER: Final = 1024
 AGENT_WAIT_S: Final = 30
 
 
+async def _cancel_elicitation(params: object) -> dict[str, str]:
+    return {"action": "cancel"}
+
+
 class ServedSession:
     """A session this host opened, and what its views need to know of it."""
 
@@ -80,8 +84,14 @@ class ServeHost:
         self._nursery: trio.Nursery | None = None
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Own the turns' tasks until cancelled; the registrations end with it."""
+        """Own the turns' tasks until cancelled; the registrations end with it.
+
+        An ``elicitation/create`` is never advertised here (a view has no form to
+        fill in); one that comes anyway is answered ``cancel``."""
         with self._registrations:
+            self._registrations.enter_context(
+                self.client.on_request("elicitation/create", _cancel_elicitation)
+            )
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 task_status.started()
