@@ -15,6 +15,7 @@ import typer
 from rich.text import Text
 
 from simhost._usage import USAGE, one_line, plain_console
+from simhost.approve.cli import approve_command
 from simhost.chat.cli import chat_command
 from simhost.run.cli import run_command
 from simhost.runtime.cli import runtime_command
@@ -26,7 +27,8 @@ app = typer.Typer(
         "Reference host for permclient: a stand-in editor that shows every permission "
         "request a coding agent makes and blocks it until you answer (chat), and a "
         "deterministic stand-in agent runtime (runtime), a runner of scripted multi-turn "
-        "concurrency scenarios against any agent (run), and a web approvals panel (serve)."
+        "concurrency scenarios against any agent (run), a web approvals panel (serve) and a "
+        "terminal approver for it (approve)."
     ),
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -36,6 +38,7 @@ app.command("chat")(chat_command)
 app.command("runtime")(runtime_command)
 app.command("run")(run_command)
 app.command("serve")(serve_command)
+app.command("approve")(approve_command)
 
 
 @app.callback(invoke_without_command=True)

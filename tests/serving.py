@@ -162,3 +162,29 @@ async def served(workspace: Path, *args: str) -> AsyncIterator[Served]:
             await process.stdout.aclose()
     text = err.decode()
     assert process.returncode in (0, 1) and "Traceback" not in text, text
+
+
+@contextmanager
+def served_sync(workspace: Path, *args: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """:func:`served` for a test that is not async (a Playwright one): the URL and
+    the process, stopped with Ctrl-C at the end."""
+    argv = [sys.executable, "-m", "simhost", "serve", "--workspace", str(workspace)]
+    argv += ["--port", "0", "--state-dir", str(workspace / ".state"), *args]
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=workspace)
+    assert process.stdout is not None and process.stderr is not None
+    try:
+        line = process.stdout.readline()  # (bounded: the server's own --start-timeout)
+        assert line.startswith(b"serving at http://"), line + process.stderr.read()
+        yield line.decode().split()[-1], process
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+        try:
+            process.wait(WAIT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        err = process.stderr.read().decode()
+        process.stdout.close()
+        process.stderr.close()
+    assert process.returncode in (0, 1) and "Traceback" not in err, err

@@ -15,10 +15,10 @@ import typer
 
 from permclient import DialectName
 from simhost._usage import check_agent_command, fail, interrupted
+from simhost.serve.protocol import TOKEN_ENV
 
 __all__ = ["serve_command"]
 
-TOKEN_ENV: Final = "SIMHOST_TOKEN"
 # What a token may be: it travels in a URL and a cookie, and 22 characters of
 # URL-safe base64 are 128 bits.
 _TOKEN: Final = re.compile(r"[A-Za-z0-9_.~-]{22,256}")

@@ -20,6 +20,9 @@ import msgspec
 from permclient.relay import AnswerRefused, Requested, Resolved, Withdrawn
 
 PROTOCOL_VERSION: Final = 1
+# Where ``simhost serve`` and ``simhost approve`` read a token the person chose (a
+# URL's token shows in the process list and the shell's history).
+TOKEN_ENV: Final = "SIMHOST_TOKEN"
 # The largest message a view may send (a prompt is the longest): bigger ones are
 # refused before they are decoded.
 MAX_MESSAGE: Final = 64 * 1024

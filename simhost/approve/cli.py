@@ -1,0 +1,87 @@
+"""``simhost approve``: the command line of the terminal approver."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import trio
+import typer
+
+from simhost._usage import fail, interrupted
+
+from .target import TOKEN_ENV, TargetError, check_view_name, default_view_name, target_of
+
+__all__ = ["approve_command"]
+
+
+def approve_command(
+    url: Annotated[
+        str,
+        typer.Argument(
+            # Hidden from the Arguments list, where Typer prints its type (<str>); the
+            # usage line shows it and the docstring says what it is.
+            metavar="URL",
+            show_default=False,
+            hidden=True,
+        ),
+    ],
+    name: Annotated[
+        str | None,
+        typer.Option(
+            "--name",
+            help="This view's name, which the other views see when it answers (1 to 64 "
+            "printable characters). Default: terminal-HOSTNAME.",
+            metavar="NAME",
+            show_default=False,
+        ),
+    ] = None,
+    token_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--token-file",
+            help="Read the token from this file's first line, when the URL has none "
+            "(keeps it out of the process list).",
+            metavar="PATH",
+            dir_okay=False,
+        ),
+    ] = None,
+) -> None:
+    """Answer the permission requests of a simhost serve from this terminal.
+
+    URL: the address simhost serve printed, http://HOST:PORT/?token=TOKEN; without
+    the token part, the token comes from --token-file or SIMHOST_TOKEN.
+
+    Connects to the server's WebSocket as a view named --name and shows every
+    pending question (those asked before it connected too) as the same permission
+    card as simhost chat, oldest first, with its session. A number key picks an
+    option once the card has been up for half a second (an allow_always option then
+    waits for Enter); Esc answers cancelled; v prints the whole card. With stdin not
+    a terminal, each line answers the card that is up: a number, or c or an empty
+    line (cancelled). A card leaves when the server says its question ended:
+    answered here or by another view (named), or withdrawn (with the reason); a
+    refused answer leaves it up. A dropped connection is made again (after 0.5 s,
+    doubling up to 5 s), and the server's replay replaces the cards.
+
+    Exit code: 0 after Ctrl-C, the end of input or SIGTERM; 1 if the server refuses
+    this view (HTTP 403: a wrong token) or cannot be reached at first; 2 for a usage
+    error (nothing is started), 130 when interrupted before it is up.
+    """
+    command = "simhost approve"
+    try:
+        target = target_of(url, token_file=token_file, env_token=os.environ.get(TOKEN_ENV))
+        view = check_view_name(name) if name is not None else default_view_name()
+    except TargetError as exc:
+        raise fail(command, str(exc)) from None
+    try:
+        # Imported here so the other commands never load the approver's modules.
+        from simhost.approve.launch import run_approve
+
+        code = trio.run(run_approve, target, view)
+    except BaseException as exc:
+        if not interrupted(exc):
+            raise
+        # Ctrl-C before the approver takes it as an event: trio has unwound the run.
+        raise fail(command, "interrupted", 130) from None
+    raise typer.Exit(code)

@@ -1,0 +1,712 @@
+// The page of `simhost serve`: sessions, their transcripts, a prompt box, and
+// the permission cards of the relay protocol (docs/relay-protocol.md).
+//
+// What is pending is the server's word: a card leaves on `resolved` or
+// `withdrawn`, never on a click, and after every (re)connection the question
+// list is exactly the replay.
+
+import { clear, el } from "./dom.js";
+import { CardView, sessionLabel } from "./card.js";
+import { Connection, socketUrl } from "./connection.js";
+
+const PROTOCOL_VERSION = 1;
+const MAX_NOTICES = 8;
+const MAX_ENTRIES = 2000; // transcript entries kept per session
+const MAX_PROMPT_CHARS = 32 * 1024;
+const MAX_MESSAGE_BYTES = 64 * 1024;
+const VIEW_KEY = "simhost.view";
+const CURRENT_KEY = "simhost.current";
+
+const $ = (id) => document.getElementById(id);
+const els = {
+  viewName: $("view-name"),
+  conn: $("conn"),
+  newSession: $("new-session"),
+  sessionList: $("session-list"),
+  sessionsEmpty: $("sessions-empty"),
+  sessionTitle: $("session-title"),
+  turnState: $("turn-state"),
+  cancelTurn: $("cancel-turn"),
+  preset: $("preset"),
+  presetNote: $("preset-note"),
+  elsewhere: $("elsewhere"),
+  notices: $("notices"),
+  transcript: $("transcript"),
+  cardSlot: $("card-slot"),
+  composer: $("composer"),
+  prompt: $("prompt"),
+  send: $("send"),
+};
+
+function stored(key) {
+  try {
+    return sessionStorage.getItem(key);
+  } catch {
+    return null;
+  }
+}
+
+function store(key, value) {
+  try {
+    if (value === null) sessionStorage.removeItem(key);
+    else sessionStorage.setItem(key, value);
+  } catch {
+    // (storage refused: the page works without it)
+  }
+}
+
+/** `browser-XXXX`, the same for this tab across reloads. */
+function makeViewName() {
+  const kept = stored(VIEW_KEY);
+  if (kept && /^browser-[0-9a-f]{4}$/.test(kept)) return kept;
+  const bytes = new Uint8Array(2);
+  crypto.getRandomValues(bytes);
+  const name = "browser-" + Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+  store(VIEW_KEY, name);
+  return name;
+}
+
+const state = {
+  view: makeViewName(),
+  phase: "connecting", // connecting | replaying | ready | reconnecting
+  sessions: new Map(), // sessionId -> session record (the server's order)
+  questions: new Map(), // questionId -> question, oldest first (the truth once replayed)
+  replay: null, // the replay being received (a Map), swapped in at `replayed`
+  current: null, // the session shown
+  inFlight: new Set(), // questionIds answered by this view, not yet resolved
+  cardErrors: new Map(), // questionId -> why its last answer did not land
+  answeredHere: new Set(), // questionIds this page answered
+  newSessionsAsked: 0, // `new_session`s sent whose `created` has not come
+  presetWait: null, // {sessionId, kind} of a list_presets / set_preset awaiting `presets`
+  lastSent: null, // the type of the last message sent
+  restore: stored(CURRENT_KEY), // the session to show again after a reload
+};
+let card = null; // the CardView shown, if any
+
+function ready() {
+  return state.phase === "ready";
+}
+
+function session(id) {
+  let record = state.sessions.get(id);
+  if (!record) {
+    record = {
+      id,
+      title: "",
+      running: false,
+      listedWaiting: 0,
+      entries: [],
+      agentOpen: false,
+      presets: null,
+      presetError: null, // why this session has no presets
+      presetNote: null, // why the last switch did not happen
+    };
+    state.sessions.set(id, record);
+  }
+  return record;
+}
+
+function titleOf(id) {
+  const record = state.sessions.get(id);
+  return record && record.title ? record.title : null;
+}
+
+function questionsOf(sessionId) {
+  return [...state.questions.values()].filter((q) => q.sessionId === sessionId);
+}
+
+/** Questions waiting in a session: the ones held, once the replay came; before
+ * that, the `sessions` count too. */
+function waitingCount(sessionId) {
+  const held = questionsOf(sessionId).length;
+  if (ready()) return held;
+  const record = state.sessions.get(sessionId);
+  return Math.max(held, record ? record.listedWaiting : 0);
+}
+
+/** The sessions to list: the server's, then any that only a question names. */
+function sessionIds() {
+  const ids = [...state.sessions.keys()];
+  for (const question of state.questions.values()) {
+    if (!ids.includes(question.sessionId)) ids.push(question.sessionId);
+  }
+  return ids;
+}
+
+// ------------------------------------------------------------ the connection
+
+const connection = new Connection(socketUrl(window.location), {
+  onOpen() {
+    send({ type: "open", view: state.view, version: PROTOCOL_VERSION });
+  },
+  onMessage: receive,
+  onClose() {
+    state.phase = "reconnecting";
+    state.replay = null;
+    for (const questionId of state.inFlight) {
+      state.cardErrors.set(questionId, "The connection dropped before the answer was confirmed: answer again once reconnected.");
+    }
+    state.inFlight.clear();
+    state.presetWait = null;
+    for (const record of state.sessions.values()) record.agentOpen = false;
+    render();
+  },
+});
+
+function send(message) {
+  if (!connection.send(message)) return false;
+  state.lastSent = message.type;
+  return true;
+}
+
+function receive(message) {
+  switch (message.type) {
+    case "opened":
+      connection.established();
+      if (typeof message.view === "string" && message.view) state.view = message.view;
+      state.phase = "replaying";
+      state.replay = new Map();
+      break;
+    case "requested":
+      requested(message.question);
+      break;
+    case "replayed":
+      replayed();
+      break;
+    case "resolved":
+      resolved(message);
+      break;
+    case "withdrawn":
+      withdrawn(message);
+      break;
+    case "answer_refused":
+      refused(message);
+      break;
+    case "sessions":
+      sessionsListed(message.sessions);
+      break;
+    case "session_event":
+      sessionEvent(message);
+      break;
+    case "presets":
+      presetsCame(message);
+      break;
+    case "error":
+      errorCame(String(message.reason ?? ""));
+      break;
+    default:
+      return; // (a newer server's message: nothing to do)
+  }
+  render();
+}
+
+function requested(question) {
+  if (!question || typeof question.questionId !== "string" || typeof question.sessionId !== "string") return;
+  if (!Array.isArray(question.options)) question.options = [];
+  if (state.replay) state.replay.set(question.questionId, question);
+  else state.questions.set(question.questionId, question);
+}
+
+function replayed() {
+  const before = state.questions;
+  state.questions = state.replay || new Map();
+  state.replay = null;
+  state.phase = "ready";
+  for (const [questionId, question] of before) {
+    if (!state.questions.has(questionId)) {
+      notice(`“${question.title || "(untitled tool call)"}” is no longer pending: it ended while this view was disconnected.`, "gone");
+      state.cardErrors.delete(questionId);
+    }
+  }
+  send({ type: "list_sessions" });
+  if (state.current !== null) askPresets(state.current);
+}
+
+function forget(questionId) {
+  const question = state.questions.get(questionId) || (state.replay && state.replay.get(questionId)) || null;
+  state.questions.delete(questionId);
+  if (state.replay) state.replay.delete(questionId);
+  state.inFlight.delete(questionId);
+  state.cardErrors.delete(questionId);
+  return question;
+}
+
+function optionName(question, optionId) {
+  const option = question && question.options.find((o) => o.optionId === optionId);
+  return option ? option.name : optionId;
+}
+
+function resolved(message) {
+  const question = forget(message.questionId);
+  const mine = state.answeredHere.delete(message.questionId);
+  if (!question) return;
+  const title = question.title || "(untitled tool call)";
+  const what = message.outcome === "selected" ? optionName(question, message.optionId) : "cancelled";
+  if (message.by === state.view && mine) {
+    notice(`You answered “${title}”: ${what}`, "answered");
+  } else {
+    notice(`“${title}” was answered in another view: ${message.by} (${what})`, "resolved");
+  }
+}
+
+function withdrawn(message) {
+  const question = forget(message.questionId);
+  state.answeredHere.delete(message.questionId);
+  if (!question) return;
+  notice(`“${question.title || "(untitled tool call)"}” was withdrawn (${message.reason})`, "withdrawn");
+}
+
+function refused(message) {
+  const questionId = message.questionId;
+  state.inFlight.delete(questionId);
+  state.answeredHere.delete(questionId);
+  const reason = String(message.reason ?? "");
+  state.cardErrors.set(questionId, `Your answer was refused: ${reason}`);
+  const question = state.questions.get(questionId);
+  const title = question ? question.title || "(untitled tool call)" : questionId;
+  notice(`Your answer to “${title}” was refused: ${reason}`, "refused");
+}
+
+function sessionsListed(list) {
+  if (!Array.isArray(list)) return;
+  const order = [];
+  for (const info of list) {
+    if (!info || typeof info.sessionId !== "string") continue;
+    const record = session(info.sessionId);
+    record.title = typeof info.title === "string" ? info.title : record.title;
+    record.running = Boolean(info.running);
+    record.listedWaiting = Number.isInteger(info.waiting) ? info.waiting : 0;
+    order.push(info.sessionId);
+  }
+  // The server's order first, then sessions it did not list (heard of since).
+  const rest = [...state.sessions.keys()].filter((id) => !order.includes(id));
+  const sessions = new Map();
+  for (const id of [...order, ...rest]) sessions.set(id, state.sessions.get(id));
+  state.sessions = sessions;
+  // After a reload, the session this tab showed; else, at first, the first one.
+  if (state.current === null && state.restore && state.sessions.has(state.restore)) {
+    selectSession(state.restore);
+  } else if (state.current === null && order.length > 0) {
+    selectSession(order[0]);
+  }
+}
+
+function sessionEvent(message) {
+  if (typeof message.sessionId !== "string") return;
+  const record = session(message.sessionId);
+  const text = typeof message.text === "string" ? message.text : "";
+  switch (message.event) {
+    case "created":
+      if (text) record.title = text;
+      addEntry(record, { kind: "notice", text: "Session created." });
+      if (state.newSessionsAsked > 0) {
+        state.newSessionsAsked -= 1;
+        selectSession(record.id);
+      }
+      break;
+    case "turn_started":
+      record.running = true;
+      record.agentOpen = false;
+      break;
+    case "turn_ended":
+      record.running = false;
+      record.agentOpen = false;
+      addEntry(record, { kind: "turn", text: `Turn ended: ${text || "(no stop reason)"}` });
+      break;
+    case "message":
+      if (text) addChunk(record, text);
+      break;
+    default:
+      break;
+  }
+}
+
+function presetsCame(message) {
+  if (typeof message.sessionId !== "string") return;
+  const record = session(message.sessionId);
+  record.presets = {
+    presets: Array.isArray(message.presets) ? message.presets.filter((p) => typeof p === "string") : [],
+    current: typeof message.current === "string" && message.current ? message.current : null,
+    pending: typeof message.pending === "string" && message.pending ? message.pending : null,
+  };
+  record.presetError = null;
+  record.presetNote = null;
+  if (state.presetWait && state.presetWait.sessionId === message.sessionId) state.presetWait = null;
+}
+
+function errorCame(reason) {
+  // Replies to requests that wait for the agent come in any order: an error is
+  // the presets' when presets are awaited and it speaks of them. It is shown by
+  // the select then (once: not in the notices too).
+  const wait = state.presetWait;
+  if (wait && /preset/i.test(reason)) {
+    const record = session(wait.sessionId);
+    if (wait.kind === "list_presets" || !record.presets) record.presetError = reason;
+    else record.presetNote = `Not switched: ${reason}`;
+    state.presetWait = null;
+    return;
+  }
+  notice(`Error: ${reason}`, "error");
+  if (state.lastSent === "new_session" && state.newSessionsAsked > 0) state.newSessionsAsked -= 1;
+}
+
+function askPresets(sessionId) {
+  if (!ready()) return;
+  if (send({ type: "list_presets", sessionId })) state.presetWait = { sessionId, kind: "list_presets" };
+}
+
+// --------------------------------------------------------------- the sessions
+
+function selectSession(id) {
+  if (state.current === id) return;
+  state.current = id;
+  state.restore = null;
+  store(CURRENT_KEY, id);
+  session(id);
+  renderTranscript();
+  askPresets(id);
+  render();
+}
+
+function sessionItem(id) {
+  const button = el("button", { type: "button", class: "session-button" });
+  button.addEventListener("click", () => {
+    selectSession(id);
+    if (card) card.element.focus({ preventScroll: true }); // the number keys reach the card
+  });
+  const item = el("li", { class: "session", "data-session-id": id }, button, el("span", { class: "badges" }));
+  return item;
+}
+
+function updateSessionItem(item, id) {
+  const record = state.sessions.get(id);
+  const title = record && record.title ? record.title : "";
+  const button = item.firstChild;
+  const current = id === state.current;
+  clear(button);
+  if (title && title !== id) {
+    button.append(el("span", { class: "session-name" }, title), " ", el("span", { class: "session-id" }, id));
+  } else {
+    button.append(el("span", { class: "session-name" }, id));
+  }
+  if (current) button.setAttribute("aria-current", "true");
+  else button.removeAttribute("aria-current");
+  const waiting = waitingCount(id);
+  item.classList.toggle("current", current);
+  item.classList.toggle("has-waiting", waiting > 0);
+  const badges = clear(item.lastChild);
+  if (record && record.running) {
+    badges.append(el("span", { class: "running-dot", role: "img", "aria-label": "turn running", title: "turn running" }));
+  }
+  if (waiting > 0) {
+    badges.append(el("span", { class: "waiting", role: "img", "aria-label": "waiting for approval", title: "waiting for approval" }));
+    if (waiting > 1) badges.append(el("span", { class: "waiting-count", "aria-hidden": "true" }, String(waiting)));
+  }
+}
+
+function renderSessions() {
+  const list = els.sessionList;
+  const existing = new Map();
+  for (const item of list.children) existing.set(item.dataset.sessionId, item);
+  const ids = sessionIds();
+  ids.forEach((id, index) => {
+    let item = existing.get(id);
+    existing.delete(id);
+    if (!item) item = sessionItem(id);
+    updateSessionItem(item, id);
+    if (list.children[index] !== item) list.insertBefore(item, list.children[index] || null);
+  });
+  for (const item of existing.values()) item.remove();
+  els.sessionsEmpty.hidden = ids.length > 0;
+}
+
+// -------------------------------------------------------------- the transcript
+
+function entryNode(entry) {
+  switch (entry.kind) {
+    case "user":
+      return el("div", { class: "entry entry-user" }, el("span", { class: "who" }, "you"), el("div", { class: "body" }, entry.text));
+    case "agent":
+      return el("div", { class: "entry entry-agent" }, el("span", { class: "who" }, "agent"), el("div", { class: "body" }, entry.text));
+    case "turn":
+      return el("div", { class: "entry entry-turn" }, entry.text);
+    default:
+      return el("div", { class: "entry entry-notice" }, entry.text);
+  }
+}
+
+function emptyTranscript() {
+  const text = state.current === null
+    ? "Choose a session on the left, or start a new one."
+    : "Nothing yet in this view: send a prompt.";
+  return el("p", { class: "transcript-empty" }, text);
+}
+
+function renderTranscript() {
+  clear(els.transcript);
+  const record = state.current === null ? null : state.sessions.get(state.current);
+  if (!record || record.entries.length === 0) {
+    els.transcript.append(emptyTranscript());
+    return;
+  }
+  for (const entry of record.entries) els.transcript.append(entryNode(entry));
+  els.transcript.scrollTop = els.transcript.scrollHeight;
+}
+
+function nearBottom() {
+  const box = els.transcript;
+  return box.scrollHeight - box.scrollTop - box.clientHeight < 40;
+}
+
+function addEntry(record, entry) {
+  record.entries.push(entry);
+  const trimmed = record.entries.length > MAX_ENTRIES;
+  if (trimmed) record.entries.splice(0, record.entries.length - MAX_ENTRIES);
+  if (record.id !== state.current) return;
+  if (trimmed) {
+    renderTranscript();
+    return;
+  }
+  const stick = nearBottom();
+  const empty = els.transcript.querySelector(".transcript-empty");
+  if (empty) empty.remove();
+  els.transcript.append(entryNode(entry));
+  if (stick) els.transcript.scrollTop = els.transcript.scrollHeight;
+}
+
+function addChunk(record, text) {
+  const last = record.entries[record.entries.length - 1];
+  if (record.agentOpen && last && last.kind === "agent") {
+    last.text += text;
+    if (record.id === state.current) {
+      const stick = nearBottom();
+      const body = els.transcript.lastElementChild && els.transcript.lastElementChild.querySelector(".body");
+      if (body) body.append(text);
+      else renderTranscript();
+      if (stick) els.transcript.scrollTop = els.transcript.scrollHeight;
+    }
+    return;
+  }
+  record.agentOpen = true;
+  addEntry(record, { kind: "agent", text });
+}
+
+// ------------------------------------------------------------------ notices
+
+function notice(text, kind) {
+  const dismiss = el("button", { type: "button", class: "dismiss", "aria-label": "Dismiss notice", title: "Dismiss" }, "×");
+  const item = el("div", { class: ["notice", `notice-${kind}`] }, el("span", { class: "notice-text" }, text), dismiss);
+  dismiss.addEventListener("click", () => item.remove());
+  els.notices.append(item); // the newest last, scrolled into view
+  while (els.notices.children.length > MAX_NOTICES) els.notices.firstElementChild.remove();
+  els.notices.scrollTop = els.notices.scrollHeight;
+}
+
+// -------------------------------------------------------------------- the card
+
+function answer(question, decision) {
+  const message = { type: "answer", questionId: question.questionId, sessionId: question.sessionId, decision };
+  if (!ready() || !send(message)) {
+    state.cardErrors.set(question.questionId, "Not connected: the answer was not sent. It can be given once the page has reconnected.");
+    renderCard();
+    return;
+  }
+  state.inFlight.add(question.questionId);
+  state.answeredHere.add(question.questionId);
+  state.cardErrors.delete(question.questionId);
+  renderCard();
+}
+
+function renderCard() {
+  const pending = state.current === null ? [] : questionsOf(state.current);
+  const top = pending[0] || null;
+  let focusWasInCard = false;
+  if (card && (!top || card.question.questionId !== top.questionId)) {
+    const active = document.activeElement;
+    focusWasInCard = card.element.contains(active) || active === document.body || active === null;
+    card.destroy();
+    card = null;
+  }
+  if (top && !card) {
+    card = new CardView(top, {
+      sessionTitle: titleOf(top.sessionId),
+      position: [1, pending.length],
+      onAnswer: (decision) => answer(top, decision),
+    });
+    els.cardSlot.append(card.element);
+    card.shown();
+    card.element.focus({ preventScroll: true });
+    card.element.scrollIntoView({ block: "nearest" });
+  } else if (!card && focusWasInCard && !els.prompt.disabled) {
+    els.composer.hidden = false;
+    els.prompt.focus({ preventScroll: true });
+  }
+  if (card) {
+    card.setPosition([1, pending.length]);
+    const sending = state.inFlight.has(card.question.questionId);
+    const hadFocus = card.element.contains(document.activeElement);
+    if (sending !== card.sending) card.setSending(sending);
+    if (hadFocus && !card.element.contains(document.activeElement)) card.element.focus({ preventScroll: true });
+    card.setError(state.cardErrors.get(card.question.questionId) || null);
+  }
+  els.composer.hidden = card !== null;
+}
+
+// Keys for the card when nothing else has the focus (the card's own keys are
+// handled on the card).
+document.addEventListener("keydown", (event) => {
+  if (!card || event.defaultPrevented) return;
+  const active = document.activeElement;
+  if (active && active !== document.body && active !== document.documentElement) return;
+  if (card.handleKey(event)) event.preventDefault();
+});
+
+// A card that was out of sight (another tab, a minimised window) appears anew.
+document.addEventListener("visibilitychange", () => {
+  if (card && document.visibilityState === "visible") card.shown();
+});
+
+// ------------------------------------------------------------ the controls
+
+function sendPrompt() {
+  const record = state.current === null ? null : state.sessions.get(state.current);
+  const text = els.prompt.value;
+  if (!record || text.trim() === "") return;
+  const message = { type: "prompt", sessionId: record.id, text };
+  if ([...text].length > MAX_PROMPT_CHARS || new TextEncoder().encode(JSON.stringify(message)).length > MAX_MESSAGE_BYTES) {
+    notice(`The prompt is too long: at most ${MAX_PROMPT_CHARS.toLocaleString("en")} characters (64 KiB).`, "error");
+    return;
+  }
+  if (!ready() || !send(message)) {
+    notice("Not connected: the prompt was not sent.", "error");
+    return;
+  }
+  record.agentOpen = false;
+  addEntry(record, { kind: "user", text });
+  els.prompt.value = "";
+}
+
+els.send.addEventListener("click", sendPrompt);
+els.prompt.addEventListener("keydown", (event) => {
+  if (event.key === "Enter" && !event.shiftKey && !event.isComposing && !event.altKey && !event.metaKey && !event.ctrlKey) {
+    event.preventDefault();
+    sendPrompt();
+  }
+});
+
+els.newSession.addEventListener("click", () => {
+  if (send({ type: "new_session" })) state.newSessionsAsked += 1;
+});
+
+els.cancelTurn.addEventListener("click", () => {
+  if (state.current !== null) send({ type: "cancel_turn", sessionId: state.current });
+});
+
+els.preset.addEventListener("change", () => {
+  const id = state.current;
+  if (id === null) return;
+  const preset = els.preset.value;
+  if (send({ type: "set_preset", sessionId: id, preset })) {
+    state.presetWait = { sessionId: id, kind: "set_preset" };
+    session(id).presetNote = null;
+  }
+});
+
+// ---------------------------------------------------------------- rendering
+
+function renderStatus() {
+  const texts = {
+    connecting: "connecting…",
+    replaying: "connecting…",
+    ready: "connected",
+    reconnecting: "reconnecting…",
+  };
+  const text = texts[state.phase];
+  if (els.conn.textContent !== text) els.conn.textContent = text;
+  els.conn.dataset.state = state.phase === "replaying" ? "connecting" : state.phase;
+  els.viewName.textContent = `this view: ${state.view}`;
+}
+
+function renderHeader() {
+  const record = state.current === null ? null : state.sessions.get(state.current);
+  els.sessionTitle.textContent = record ? sessionLabel(record.id, record.title) : "No session";
+  els.turnState.textContent = record ? (record.running ? "turn running" : "idle") : "";
+  els.turnState.classList.toggle("running", Boolean(record && record.running));
+  els.cancelTurn.disabled = !(record && record.running && ready());
+  let elsewhere = 0;
+  for (const question of state.questions.values()) if (question.sessionId !== state.current) elsewhere += 1;
+  els.elsewhere.hidden = elsewhere === 0;
+  els.elsewhere.textContent = elsewhere === 1
+    ? "1 question is waiting for approval in another session."
+    : `${elsewhere} questions are waiting for approval in other sessions.`;
+}
+
+function renderPresets() {
+  const record = state.current === null ? null : state.sessions.get(state.current);
+  const select = els.preset;
+  const note = els.presetNote;
+  note.classList.remove("error");
+  if (!record) {
+    clear(select);
+    select.disabled = true;
+    note.textContent = "";
+    return;
+  }
+  if (record.presetError) {
+    clear(select);
+    select.disabled = true;
+    note.textContent = `Presets unavailable: ${record.presetError}`;
+    note.classList.add("error");
+    return;
+  }
+  if (!record.presets) {
+    clear(select);
+    select.disabled = true;
+    note.textContent = ready() ? "loading…" : "";
+    return;
+  }
+  const { presets, current, pending } = record.presets;
+  const values = [...select.options].map((option) => option.value);
+  if (values.join("\n") !== presets.join("\n")) {
+    clear(select);
+    for (const preset of presets) select.append(el("option", { value: preset }, preset));
+  }
+  const shown = pending || current;
+  if (shown !== null && select.value !== shown && !(state.presetWait && state.presetWait.kind === "set_preset")) {
+    select.value = shown;
+  }
+  select.disabled = !ready();
+  if (record.presetNote) {
+    note.textContent = record.presetNote;
+    note.classList.add("error");
+  } else if (pending && pending !== current) {
+    note.textContent = `applies at the next turn: ${pending} (now: ${current})`;
+  } else if (pending) {
+    note.textContent = `applies at the next turn: ${pending}`;
+  } else {
+    note.textContent = "";
+  }
+}
+
+function renderComposer() {
+  const has = state.current !== null;
+  els.prompt.disabled = !has;
+  els.send.disabled = !has || !ready();
+  els.prompt.placeholder = has
+    ? "Write to the agent: Enter sends, Shift+Enter starts a new line"
+    : "Choose or start a session first";
+  els.newSession.disabled = !ready();
+}
+
+function render() {
+  renderStatus();
+  renderSessions();
+  renderHeader();
+  renderPresets();
+  renderComposer();
+  renderCard();
+}
+
+renderTranscript();
+render();
+connection.start();

@@ -1,0 +1,409 @@
+// The permission card: one pending question, everything a person needs to answer it.
+//
+// Every string in a question comes from the agent: it is shown as text (never
+// markup), and characters a person cannot see are shown as escapes. The card
+// ignores a click or a key for GUARD_MS after it appears, so a press meant for
+// something else never answers it.
+
+import { el, hasHidden, prettyJson, splitLines, visible } from "./dom.js";
+import { lineDiff, withContext } from "./diff.js";
+
+/** A card ignores clicks and keys for this long after it appears (milliseconds). */
+export const GUARD_MS = 500;
+/** Options a number key chooses (1 to 9). */
+export const KEYED_OPTIONS = 9;
+/** Diff rows shown per file at most (the rest are counted). */
+const MAX_DIFF_ROWS = 5000;
+
+const UNKNOWN_TEXT = "the agent asks to run a tool this page cannot show in full";
+
+/** `title (id)`, or `(id)` for an untitled session. */
+export function sessionLabel(sessionId, title) {
+  return title && title !== sessionId ? `${title} (${sessionId})` : `(${sessionId})`;
+}
+
+/** Shell words joined as a POSIX shell reads them back (Python's shlex.join). */
+export function shellJoin(words) {
+  return words.map(shellQuote).join(" ");
+}
+
+function shellQuote(word) {
+  if (word === "") return "''";
+  if (!/[^\w@%+=:,./-]/u.test(word)) return word;
+  return "'" + word.replace(/'/g, `'"'"'`) + "'";
+}
+
+function isObject(value) {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+/** The command of a tool call's rawInput: `command` as a string, or a list of
+ * strings joined shell-style; null if there is none. */
+export function commandOf(rawInput) {
+  if (!isObject(rawInput)) return null;
+  const command = rawInput.command;
+  if (typeof command === "string") return command;
+  if (Array.isArray(command) && command.every((part) => typeof part === "string")) {
+    return shellJoin(command);
+  }
+  return null;
+}
+
+/** What a card shows of a `session/request_permission` request. */
+export function analyse(request) {
+  const out = {
+    command: null,
+    otherInput: null,
+    input: undefined,
+    diffs: [],
+    contents: [],
+    locations: [],
+    requestMeta: null,
+    callMeta: null,
+    unknown: false,
+    hidden: false,
+  };
+  if (!isObject(request) || !isObject(request.toolCall)) {
+    out.unknown = true;
+    return out;
+  }
+  const call = request.toolCall;
+  const strings = [];
+  const multi = [];
+  out.command = commandOf(call.rawInput);
+  if (out.command !== null) {
+    multi.push(out.command);
+    const rest = Object.fromEntries(Object.entries(call.rawInput).filter(([key]) => key !== "command"));
+    if (Object.keys(rest).length > 0) out.otherInput = rest;
+  } else if (call.rawInput !== undefined && call.rawInput !== null) {
+    out.input = call.rawInput;
+  }
+  if (call.content !== undefined && call.content !== null) {
+    if (!Array.isArray(call.content)) out.unknown = true;
+    for (const item of Array.isArray(call.content) ? call.content : []) {
+      if (!isObject(item)) {
+        out.unknown = true;
+      } else if (item.type === "diff") {
+        const oldOk = item.oldText === undefined || item.oldText === null || typeof item.oldText === "string";
+        if (typeof item.path !== "string" || typeof item.newText !== "string" || !oldOk) {
+          out.unknown = true;
+          continue;
+        }
+        out.diffs.push({ path: item.path, oldText: item.oldText ?? null, newText: item.newText });
+        strings.push(item.path);
+        multi.push(item.oldText ?? "", item.newText);
+      } else if (item.type === "terminal") {
+        if (typeof item.terminalId !== "string") {
+          out.unknown = true;
+          continue;
+        }
+        out.contents.push(`[terminal] ${item.terminalId}`);
+        strings.push(item.terminalId);
+      } else if (item.type === "content") {
+        const text = blockText(item.content);
+        if (text === null) {
+          out.unknown = true;
+          continue;
+        }
+        out.contents.push(text);
+        multi.push(text);
+      } else {
+        out.unknown = true;
+      }
+    }
+  }
+  if (call.locations !== undefined && call.locations !== null) {
+    if (!Array.isArray(call.locations)) out.unknown = true;
+    for (const location of Array.isArray(call.locations) ? call.locations : []) {
+      if (!isObject(location) || typeof location.path !== "string") {
+        out.unknown = true;
+        continue;
+      }
+      const line = Number.isInteger(location.line) ? `:${location.line}` : "";
+      out.locations.push(location.path + line);
+      strings.push(location.path);
+    }
+  }
+  if (isObject(request._meta) && Object.keys(request._meta).length) out.requestMeta = request._meta;
+  if (isObject(call._meta) && Object.keys(call._meta).length) out.callMeta = call._meta;
+  strings.push(call.title ?? "", call.toolCallId ?? "", request.sessionId ?? "");
+  out.hidden =
+    strings.some((s) => hasHidden(s)) || multi.some((s) => hasHidden(s, true));
+  return out;
+}
+
+/** The text of a content block, or null for a block this page does not know. */
+function blockText(block) {
+  if (!isObject(block)) return null;
+  switch (block.type) {
+    case "text":
+      return typeof block.text === "string" ? block.text : null;
+    case "image":
+    case "audio":
+      return `[${block.type}] ${typeof block.mimeType === "string" ? block.mimeType : ""}`;
+    case "resource_link": {
+      if (typeof block.uri !== "string") return null;
+      const name = typeof block.title === "string" && block.title ? block.title : block.name;
+      return `[link] ${typeof name === "string" ? name : ""}: ${block.uri}`;
+    }
+    case "resource": {
+      const resource = block.resource;
+      if (!isObject(resource)) return null;
+      const uri = typeof resource.uri === "string" ? resource.uri : "";
+      return typeof resource.text === "string" ? `[resource] ${uri}\n${resource.text}` : `[resource] ${uri} (binary)`;
+    }
+    default:
+      return null;
+  }
+}
+
+function section(title, ...body) {
+  return el("div", { class: "card-section" }, el("h3", { class: "card-section-title" }, title), ...body);
+}
+
+function diffBlock(diff) {
+  const { path, oldText, newText } = diff;
+  let verb = "edit";
+  if (oldText === null) verb = "new file";
+  else if (newText === "" && oldText !== "") verb = "empties";
+  const head = el("div", { class: "diff-path" }, `${verb} `, el("span", { class: "path" }, visible(path)));
+  const box = el("div", { class: "diff-file" }, head);
+  if ((oldText ?? "") === newText) {
+    box.append(el("p", { class: "diff-note" }, oldText === null && newText === "" ? "(empty file)" : "(no change)"));
+    return box;
+  }
+  const { ops, compared } = lineDiff(oldText, newText);
+  if (ops.every((op) => op.op === " ")) {
+    box.append(el("p", { class: "diff-note" }, "(only line endings differ)"));
+  }
+  if (!compared) {
+    box.append(el("p", { class: "diff-note" }, "(too many changed lines to compare: old ones removed, new ones added)"));
+  }
+  const rows = withContext(ops);
+  const pre = el("pre", { class: "diff" });
+  const shown = rows.slice(0, MAX_DIFF_ROWS);
+  for (const row of shown) {
+    if (row.op === "…") {
+      pre.append(el("span", { class: "line skip" }, `⋯ ${row.count} unchanged line${row.count === 1 ? "" : "s"}`));
+      continue;
+    }
+    const kind = row.op === "-" ? "del" : row.op === "+" ? "add" : "ctx";
+    pre.append(el("span", { class: ["line", kind] }, el("span", { class: "mark" }, row.op), visible(row.text, true)));
+  }
+  if (rows.length > shown.length) {
+    pre.append(el("span", { class: "line skip" }, `⋯ ${rows.length - shown.length} more rows not shown`));
+  }
+  box.append(pre);
+  return box;
+}
+
+function commandBlock(command) {
+  const code = el("code");
+  const lines = splitLines(command);
+  (lines.length ? lines : [""]).forEach((line, index) => {
+    code.append(el("span", { class: "line" }, el("span", { class: "prompt-mark", "aria-hidden": "true" }, index === 0 ? "$ " : "> "), visible(line)));
+  });
+  return el("pre", { class: "command" }, code);
+}
+
+function jsonBlock(value, extra) {
+  return el("pre", { class: ["json", extra] }, visible(prettyJson(value), true));
+}
+
+/**
+ * One question's card. `element` is the DOM; call `shown()` when it is put on
+ * the page (and again when it is shown anew): the guard runs from then.
+ *
+ * options: `sessionTitle`, `position` ([n, total]), `onAnswer(decision)` (called
+ * only for an armed card whose answer is not in flight).
+ */
+export class CardView {
+  constructor(question, { sessionTitle = null, position = null, onAnswer }) {
+    this.question = question;
+    this.onAnswer = onAnswer;
+    this.shownAt = Infinity;
+    this.sending = false;
+    this.timer = null;
+    const title = typeof question.title === "string" && question.title ? question.title : "(untitled tool call)";
+    this.title = title;
+    const analysis = analyse(question.request);
+    const card = el("section", {
+      class: "card",
+      role: "dialog",
+      "aria-label": `Permission request: ${title}`,
+      tabindex: "-1",
+      "data-question-id": question.questionId,
+      "data-state": "arming",
+    });
+    this.positionSpan = el("span", { class: "card-position" });
+    card.append(el("h2", { class: "card-heading" }, "Permission request ", this.positionSpan));
+    this.setPosition(position);
+    const facts = el(
+      "dl",
+      { class: "card-facts" },
+      el("dt", {}, "Session"),
+      el(
+        "dd",
+        { class: "card-session" },
+        sessionTitle && sessionTitle !== question.sessionId ? [el("strong", {}, visible(sessionTitle)), " "] : null,
+        el("span", { class: "id" }, "(", visible(question.sessionId), ")"),
+      ),
+      el("dt", {}, "Tool"),
+      el(
+        "dd",
+        { class: "card-tool" },
+        el("strong", { class: "tool-title" }, visible(title)),
+        " ",
+        el("span", { class: "tool-kind" }, `kind: ${question.kind || "unknown"}`),
+      ),
+    );
+    card.append(facts);
+    if (analysis.hidden) {
+      card.append(
+        el(
+          "p",
+          { class: "card-warning" },
+          "⚠ This request contains line breaks, control or invisible characters where they do not belong; they are shown escaped (\\n, \\x1b, \\u202e …).",
+        ),
+      );
+    }
+    if (analysis.unknown) {
+      card.append(
+        el("p", { class: "card-unknown" }, `“${title}”: ${UNKNOWN_TEXT}. Its raw request follows.`),
+        section("Raw request", jsonBlock(question.request, "raw-request")),
+      );
+    }
+    if (analysis.command !== null) card.append(section("Command", commandBlock(analysis.command)));
+    if (analysis.otherInput) card.append(section("Other input", jsonBlock(analysis.otherInput)));
+    if (analysis.input !== undefined) card.append(section("Input", jsonBlock(analysis.input)));
+    if (analysis.diffs.length) {
+      const count = analysis.diffs.length;
+      card.append(section(`Changes (${count} file${count === 1 ? "" : "s"})`, analysis.diffs.map(diffBlock)));
+    }
+    if (analysis.contents.length) {
+      card.append(section("Content", analysis.contents.map((text) => el("div", { class: "text-block" }, visible(text, true)))));
+    }
+    if (analysis.locations.length) {
+      card.append(
+        section("Locations", el("ul", { class: "locations" }, analysis.locations.map((path) => el("li", { class: "path" }, visible(path))))),
+      );
+    }
+    if (analysis.requestMeta) {
+      card.append(el("details", { class: "meta" }, el("summary", {}, "Request _meta"), jsonBlock(analysis.requestMeta)));
+    }
+    if (analysis.callMeta) {
+      card.append(el("details", { class: "meta" }, el("summary", {}, "Tool call _meta"), jsonBlock(analysis.callMeta)));
+    }
+
+    const options = Array.isArray(question.options) ? question.options : [];
+    this.buttons = [];
+    const group = el("div", { class: "card-options", role: "group", "aria-label": "Options" });
+    options.forEach((option, index) => {
+      const kind = typeof option.kind === "string" ? option.kind : "";
+      const button = el(
+        "button",
+        {
+          type: "button",
+          class: ["option", kind.startsWith("allow") && "allow", kind.startsWith("reject") && "reject", kind === "allow_always" || kind === "reject_always" ? "always" : null],
+          "data-option-id": option.optionId,
+          title: kind || null,
+        },
+        index < KEYED_OPTIONS ? el("span", { class: "num", "aria-hidden": "true" }, String(index + 1)) : null,
+        el("span", { class: "opt-name" }, String(option.name ?? "")),
+      );
+      button.addEventListener("click", () => this.answer({ outcome: "selected", optionId: option.optionId }));
+      group.append(button);
+      this.buttons.push(button);
+    });
+    const deny = options.some((option) => typeof option.kind === "string" && option.kind.startsWith("reject"));
+    if (!deny) {
+      const cancel = el("button", { type: "button", class: ["option", "option-cancel"] }, "Answer cancelled");
+      cancel.addEventListener("click", () => this.answer({ outcome: "cancelled" }));
+      group.append(cancel);
+      this.buttons.push(cancel);
+    }
+    card.append(group);
+    const keyed = Math.min(options.length, KEYED_OPTIONS);
+    const hint = el("p", { class: "card-hint" });
+    if (keyed > 0) hint.append(`Press ${keyed === 1 ? "1" : `1–${keyed}`} or click to choose; `);
+    hint.append(deny ? "Esc answers cancelled." : "no deny option was offered: Esc answers cancelled (a denial).");
+    card.append(hint);
+    this.status = el("p", { class: "card-status", "aria-live": "polite" });
+    this.error = el("p", { class: "card-error", "aria-live": "assertive", hidden: true });
+    card.append(this.status, this.error);
+    card.addEventListener("keydown", (event) => {
+      if (this.handleKey(event)) {
+        event.preventDefault();
+        event.stopPropagation();
+      }
+    });
+    this.element = card;
+  }
+
+  /** The card is on the page now: the guard starts (again). */
+  shown() {
+    this.shownAt = performance.now();
+    clearTimeout(this.timer);
+    this.timer = setTimeout(() => this.refresh(), GUARD_MS + 10);
+    this.refresh();
+  }
+
+  get armed() {
+    return performance.now() - this.shownAt >= GUARD_MS;
+  }
+
+  /** Answer, if the card is armed and no answer is in flight; else nothing. */
+  answer(decision) {
+    if (!this.armed || this.sending) return false;
+    this.onAnswer(decision);
+    return true;
+  }
+
+  /** A key for the card: 1..9 choose, Escape cancels. True if it was the card's
+   * key (answered or ignored by the guard). */
+  handleKey(event) {
+    if (event.ctrlKey || event.metaKey || event.altKey || event.isComposing) return false;
+    if (event.key === "Escape") {
+      this.answer({ outcome: "cancelled" });
+      return true;
+    }
+    if (/^[1-9]$/.test(event.key)) {
+      const index = Number(event.key) - 1;
+      const options = this.question.options || [];
+      if (index >= options.length || index >= KEYED_OPTIONS) return false;
+      this.answer({ outcome: "selected", optionId: options[index].optionId });
+      return true;
+    }
+    return false;
+  }
+
+  /** `[n, total]`: this is question n of the session's total (shown when total > 1). */
+  setPosition(position) {
+    const text = position && position[1] > 1 ? `${position[0]} of ${position[1]}` : "";
+    if (this.positionSpan.textContent !== text) this.positionSpan.textContent = text;
+  }
+
+  /** The answer is in flight (buttons disabled) or not (buttons armed). */
+  setSending(sending) {
+    this.sending = sending;
+    this.refresh();
+  }
+
+  /** Why the last answer did not land (null: clear it). */
+  setError(text) {
+    this.error.textContent = text || "";
+    this.error.hidden = !text;
+  }
+
+  refresh() {
+    const state = this.sending ? "sending" : this.armed ? "armed" : "arming";
+    this.element.dataset.state = state;
+    for (const button of this.buttons) button.disabled = this.sending;
+    this.status.textContent = this.sending ? "Sending your answer…" : "";
+  }
+
+  destroy() {
+    clearTimeout(this.timer);
+    this.element.remove();
+  }
+}

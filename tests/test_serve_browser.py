@@ -1,0 +1,212 @@
+"""The page of ``simhost serve`` in a real browser: Debian's Chromium driven by
+Playwright's Python package (its own browser download is not used).
+
+Without Chromium these tests skip and say why; CI sets
+``PERMCLIENT_REQUIRE_BROWSER=1``, which makes that a failure. Every test runs the
+real ``simhost serve`` (the reference runtime, or an agent on the official ACP
+TypeScript SDK) in a child process. The page's half-second guard is tested with
+Playwright's clock, not with sleeps.
+
+``SIMHOST_UPDATE_SCREENSHOT=1`` also writes the page's screenshot to docs/serve.png.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, ConsoleMessage, Locator, Page, expect, sync_playwright
+
+from .interop import NODE_DIR, require_node_packages
+from .serving import served_sync
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+REQUIRE_ENV = "PERMCLIENT_REQUIRE_BROWSER"
+CARD = re.compile(r"^Permission request")
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+expect.set_options(timeout=10_000)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    if not os.access(CHROMIUM, os.X_OK):
+        reason = "no Chromium here (Debian: apt-get install chromium)"
+        if os.environ.get(REQUIRE_ENV, "").strip() not in ("", "0"):
+            pytest.fail(f"{reason}; {REQUIRE_ENV}=1 makes this a failure", pytrace=False)
+        pytest.skip(reason)
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM)
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+class Tab:
+    """One page of the server, and every console error it logged (a CSP violation
+    is one)."""
+
+    def __init__(self, page: Page, url: str) -> None:
+        self.page = page
+        self.errors: list[str] = []
+        page.on("console", self._console)
+        page.on("pageerror", lambda error: self.errors.append(str(error)))
+        page.goto(url)
+        expect(page.get_by_role("status", name="Connection")).to_have_text("connected")
+
+    def _console(self, message: ConsoleMessage) -> None:
+        if message.type == "error":
+            self.errors.append(message.text)
+
+    def prompt(self, text: str) -> None:
+        box = self.page.get_by_role("textbox", name="Prompt")
+        expect(box).to_be_enabled()
+        box.fill(text)
+        box.press("Enter")
+
+    def card(self) -> Locator:
+        return self.page.get_by_role("dialog", name=CARD)
+
+    def armed_card(self) -> Locator:
+        card = self.card()
+        expect(card).to_have_attribute("data-state", "armed")
+        return card
+
+    def notices(self) -> Locator:
+        return self.page.locator(".notice")
+
+
+@pytest.fixture
+def tabs() -> Iterator[list[Tab]]:
+    """The tabs a test opened (each in a browser context of its own): each must end
+    without a console error, and is closed."""
+    opened: list[Tab] = []
+    try:
+        yield opened
+        for tab in opened:
+            assert tab.errors == [], tab.errors
+    finally:
+        for tab in opened:
+            tab.page.context.close()
+
+
+def open_tab(browser: Browser, tabs: list[Tab], url: str, *, clock: bool = False) -> Tab:
+    """A new tab at ``url``, connected; with ``clock``, Playwright's clock is
+    installed first (time flows until the test pauses it)."""
+    page = browser.new_context().new_page()
+    if clock:
+        page.clock.install()
+    tab = Tab(page, url)
+    tabs.append(tab)
+    return tab
+
+
+def test_an_answer_in_one_tab_shows_resolved_in_the_other(
+    browser: Browser, tabs: list[Tab], tmp_path: Path
+) -> None:
+    with served_sync(tmp_path) as (url, _):
+        a = open_tab(browser, tabs, url)
+        b = open_tab(browser, tabs, url)
+        a.prompt("create notes.txt with hello")
+        for tab in (a, b):
+            expect(tab.card()).to_contain_text("notes.txt")
+        b.armed_card().get_by_role("button", name="Allow", exact=True).click()
+        for tab in (a, b):
+            expect(tab.card()).to_have_count(0)
+        expect(a.notices().last).to_contain_text("answered in another view")
+        expect(a.page.get_by_role("log", name="Transcript")).to_contain_text("created notes.txt")
+        assert (tmp_path / "notes.txt").read_text() == "hello\n"
+
+
+def test_a_reload_shows_the_question_still_pending_and_it_can_be_answered(
+    browser: Browser, tabs: list[Tab], tmp_path: Path
+) -> None:
+    with served_sync(tmp_path) as (url, _):
+        tab = open_tab(browser, tabs, url)
+        tab.prompt("run echo after-reload")
+        expect(tab.card()).to_contain_text("echo after-reload")
+        tab.page.reload()
+        expect(tab.card()).to_have_count(1)
+        expect(tab.card()).to_contain_text("echo after-reload")
+        tab.armed_card().get_by_role("button", name="Deny", exact=True).click()
+        expect(tab.card()).to_have_count(0)
+        expect(tab.page.get_by_role("log", name="Transcript")).to_contain_text("end_turn")
+
+
+def test_a_withdrawn_question_leaves_with_a_notice(
+    browser: Browser, tabs: list[Tab], tmp_path: Path
+) -> None:
+    with served_sync(tmp_path) as (url, _):
+        a = open_tab(browser, tabs, url)
+        b = open_tab(browser, tabs, url)
+        a.prompt("run echo never")
+        expect(b.card()).to_have_count(1)
+        a.page.get_by_role("button", name="Cancel turn").click()
+        for tab in (a, b):
+            expect(tab.card()).to_have_count(0)
+            expect(tab.notices().last).to_contain_text("withdrawn (turn)")
+
+
+def test_a_session_waiting_shows_the_amber_marker_while_another_is_shown(
+    browser: Browser, tabs: list[Tab], tmp_path: Path
+) -> None:
+    with served_sync(tmp_path) as (url, _):
+        tab = open_tab(browser, tabs, url)
+        sessions = tab.page.get_by_role("navigation", name="Sessions")
+        tab.prompt("run echo first")
+        expect(tab.card()).to_have_count(1)
+        tab.page.get_by_role("button", name="New session").click()
+        expect(sessions.get_by_role("listitem")).to_have_count(2)
+        expect(tab.card()).to_have_count(0)  # (the new session is shown: no question)
+        marker = sessions.get_by_role("img", name="waiting for approval")
+        expect(marker).to_have_count(1)
+        sessions.get_by_role("listitem").first.click()  # back to the waiting session
+        expect(tab.armed_card()).to_contain_text("echo first")
+        expect(marker).to_have_count(1)
+        shot = tmp_path / "serve.png"
+        tab.page.screenshot(path=str(shot))
+        assert shot.read_bytes().startswith(b"\x89PNG")
+        if os.environ.get("SIMHOST_UPDATE_SCREENSHOT") == "1":
+            shutil.copyfile(shot, DOCS / "serve.png")
+
+
+def test_a_number_key_answers_an_armed_card_but_not_one_just_shown(
+    browser: Browser, tabs: list[Tab], tmp_path: Path
+) -> None:
+    with served_sync(tmp_path) as (url, _):
+        tab = open_tab(browser, tabs, url, clock=True)
+        page = tab.page
+        page.clock.pause_at(page.evaluate("Date.now()") + 1000)
+        tab.prompt("run echo keys")
+        card = tab.card()
+        expect(card).to_have_attribute("data-state", "arming")
+        card.press("2")  # (no time passes: the card is still in its first half second)
+        card.get_by_role("button", name="Allow", exact=True).click()
+        expect(card).to_have_attribute("data-state", "arming")
+        page.clock.run_for(600)
+        expect(card).to_have_attribute("data-state", "armed")
+        card.press("1")
+        expect(card).to_have_count(0)
+        expect(tab.notices().last).to_contain_text("You answered")
+        expect(tab.notices().last).to_contain_text("Allow")
+
+
+def test_the_page_takes_a_question_of_an_agent_on_the_official_typescript_sdk(
+    browser: Browser, tabs: list[Tab], tmp_path: Path
+) -> None:
+    node = require_node_packages("@agentclientprotocol/sdk", "zod")
+    agent = f"{node} {NODE_DIR / 'ts_agent.mjs'}"
+    with served_sync(tmp_path, "--agent", agent) as (url, _):
+        tab = open_tab(browser, tabs, url)
+        tab.prompt("write from-browser.txt hello from the page")
+        card = tab.armed_card()
+        expect(card).to_contain_text("from-browser.txt")
+        card.get_by_role("button", name="Allow", exact=True).click()  # (the agent's names)
+        expect(tab.card()).to_have_count(0)
+        expect(tab.page.get_by_role("log", name="Transcript")).to_contain_text("end_turn")
+    assert (tmp_path / "from-browser.txt").read_text() == "hello from the page"
