@@ -70,6 +70,7 @@ from ._wire import (
     Selected,
     cancel_params_decoder,
     own_raw_json,
+    partly_known_request,
     permission_request_decoder,
 )
 from .framing import DEFAULT_MAX_FRAME_SIZE, ContentLengthFramer, Framer, NewlineFramer
@@ -1113,20 +1114,16 @@ class Connection:
 
     def _on_permission_request(self, message: Request, frame: bytes, size: int | None) -> None:
         request_id, raw = message.id, message.params
+        understood = True
         try:
             request = message.decoded or permission_request_decoder.decode(raw)
         except DECODE_ERRORS as exc:
-            log.warning(
-                "malformed permission request %s answered cancelled: %s", brief(request_id), exc
-            )
-            self._emit(
-                "approval.malformed",
-                request_id=request_id,
-                session_id=_session_id_of(raw),
-                reason=str(exc),
-            )
-            self._queue(_permission_answer(request_id, _CANCELLED))
-            return
+            partly = partly_known_request(raw, exc)
+            if partly is not None and self._shows_raw_params(partly.session_id):
+                request, understood = partly, False
+            else:
+                self._malformed_permission_request(request_id, raw, exc)
+                return
         session_id = request.session_id
         stack = self._stacks.get(session_id)
         if stack and stack[0].session_id == session_id:
@@ -1159,7 +1156,32 @@ class Connection:
             request.options,
             registrations,
             started,
+            understood,
         )
+
+    def _malformed_permission_request(
+        self, request_id: RequestId | None, raw: msgspec.Raw, exc: Exception
+    ) -> None:
+        log.warning(
+            "malformed permission request %s answered cancelled: %s", brief(request_id), exc
+        )
+        self._emit(
+            "approval.malformed",
+            request_id=request_id,
+            session_id=_session_id_of(raw),
+            reason=str(exc),
+        )
+        self._queue(_permission_answer(request_id, _CANCELLED))
+
+    def _shows_raw_params(self, session_id: str) -> bool:
+        """Whether the session's latest handler is deferred with ``raw_params=True``:
+        the one that may get a request this version types only in part (it can show
+        the person the request as it arrived)."""
+        for registration in reversed(self._stacks.get(session_id) or ()):
+            if not registration.removed:
+                handler = registration.handler
+                return type(handler) is Deferred and handler.keeps_raw_params
+        return False
 
     def _routed_at_once(self, whole: _WholePermissionRequest, frame: bytes) -> bool:
         """Route in one step what most requests need: a request (decoded with its
@@ -1224,12 +1246,15 @@ class Connection:
         offered: tuple[PermissionOption, ...],
         registrations: tuple[PermissionRegistration, ...],
         started: float,
+        understood: bool = True,
     ) -> None:
         """Ask ``registrations`` from the latest down: rules until one decides, or
         the first other handler gets the question; none left answers cancelled.
 
         ``session_id`` and ``offered`` are the request's as it arrived: what it is
         routed and its answer checked by, whatever a rule that passed did to it.
+        A request ``understood`` only in part goes to the latest registration, a
+        deferred one that keeps the raw params (see ``_shows_raw_params``).
         """
         request_id = message.id
         for registration in reversed(registrations):
@@ -1250,7 +1275,9 @@ class Connection:
                 return
             size = self._admitted(message, frame, size)
             if size is not None:
-                self._pend(request_id, request, session_id, offered, registration, size, frame)
+                self._pend(
+                    request_id, request, session_id, offered, registration, size, frame, understood
+                )
             return
         log.warning(
             "no handler for session %s: permission %s answered cancelled",
@@ -1279,6 +1306,7 @@ class Connection:
         registration: PermissionRegistration,
         size: int,
         frame: bytes,
+        understood: bool = True,
     ) -> None:
         """Hold the question for ``registration``'s handler. The request gets back
         the ``session_id`` and ``offered`` options it arrived with (a rule that
@@ -1302,6 +1330,7 @@ class Connection:
         own_raw_json(request.tool_call)
         question = Question(self, request_id, request, started, registration, shared, size)
         question.raw_params = raw_params
+        question.understood = understood
         self._pending_bytes += size
         self._questions[request_id] = question
         registration.pending[question] = None

@@ -125,6 +125,7 @@ class Question:
         "raw_params",
         "request",
         "started",
+        "understood",
         "withdrawn_by",
     )
 
@@ -154,6 +155,11 @@ class Question:
         self.raw_params: msgspec.Raw | None = None
         """The request's params as they arrived (JSON), for a handler declared with
         ``deferred(fn, raw_params=True)``; ``None`` for any other."""
+        self.understood = True
+        """``False`` for a request this version types only in part (its tool call
+        has a kind, status or content type it does not know): :attr:`request` then
+        holds the session, the tool call's id and title, and the options; show the
+        person :attr:`raw_params`. Only a ``raw_params=True`` handler gets one."""
         self._on_withdraw: list[Callable[[WithdrawnBy], object]] | None = None
         # The driver's hook, called however the question is settled (it cancels an
         # async handler's scope: its answer is no longer wanted).

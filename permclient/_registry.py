@@ -41,7 +41,9 @@ class RelayQuestion(msgspec.Struct, rename="camel", frozen=True):
     earlier run, name nothing here); ``request`` is the ``session/request_permission``
     params as the client received them (JSON, fields it does not know included,
     whitespace between tokens removed), for a view that shows more than the summary
-    or forwards the request.
+    or forwards the request. ``understood`` is ``False`` when the client could type
+    it only in part (the tool call has a kind, status or content type it does not
+    know): show ``request`` itself, as a generic question.
     """
 
     question_id: str
@@ -51,6 +53,7 @@ class RelayQuestion(msgspec.Struct, rename="camel", frozen=True):
     kind: str | None
     options: tuple[RelayOption, ...]
     request: msgspec.Raw
+    understood: bool = True
 
 
 class Requested(msgspec.Struct, tag="requested", tag_field="type", rename="camel", frozen=True):
@@ -141,6 +144,7 @@ class PendingRegistry:
         kind: str | None,
         offered: tuple[PermissionOption, ...],
         request: msgspec.Raw,
+        understood: bool = True,
     ) -> Requested:
         """A new pending question, with its stable id."""
         question = RelayQuestion(
@@ -151,6 +155,7 @@ class PendingRegistry:
             kind=kind,
             options=relay_options(offered),
             request=request,
+            understood=understood,
         )
         self._pending[question.question_id] = question
         return Requested(question)

@@ -17,7 +17,8 @@ a ``Decoder``/``Encoder`` per message.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, TypeAlias
+import re
+from typing import Annotated, Any, Final, Literal, TypeAlias
 
 import msgspec
 
@@ -598,6 +599,43 @@ def decode_session_update(params: bytes | Any) -> tuple[str, SessionUpdate]:
 
 permission_request_decoder = msgspec.json.Decoder(PermissionRequest)
 """Decodes ``session/request_permission`` params; raises :class:`msgspec.ValidationError`."""
+
+
+
+class _PartlyKnownToolCall(msgspec.Struct, rename="camel"):
+    tool_call_id: str
+    title: str | None = None
+
+
+class _PartlyKnownRequest(msgspec.Struct, rename="camel"):
+    session_id: str
+    tool_call: _PartlyKnownToolCall
+    options: tuple[PermissionOption, ...]
+
+
+_partly_known_decoder: Final = msgspec.json.Decoder(_PartlyKnownRequest)
+# What a newer runtime may send that this version cannot type: a tool call's kind or
+# status, or the type of its content (or of a content block inside it).
+_UNKNOWN_VALUE: Final = re.compile(
+    r"Invalid (enum )?value .* - at `\$\.toolCall\."
+    r"(kind|status|content\[\d+\]\.type|content\[\d+\]\.content\.type)`"
+)
+
+
+def partly_known_request(params: msgspec.Raw | bytes, error: Exception) -> PermissionRequest | None:
+    """The typed part of params that failed to decode (``error``) only because the
+    tool call has a kind, status or content type this version does not know: the
+    session, the tool call's id and title, and the options (which must be known:
+    an answer is checked against them). ``None`` if anything else is wrong."""
+    if not _UNKNOWN_VALUE.fullmatch(str(error)):
+        return None
+    try:
+        loose = _partly_known_decoder.decode(params)
+        call = ToolCallUpdate(loose.tool_call.tool_call_id, title=loose.tool_call.title)
+        return PermissionRequest(loose.session_id, call, loose.options)
+    except (msgspec.ValidationError, msgspec.DecodeError, ValueError):
+        return None
+
 
 permission_response_decoder = msgspec.json.Decoder(PermissionResponse)
 """Decodes a ``session/request_permission`` result."""

@@ -260,6 +260,7 @@ class Relay:
             tool_call.kind,
             question.offered,
             raw if raw is not None else msgspec.Raw(msgspec.json.encode(question.request)),
+            question.understood,
         )
         question_id = requested.question.question_id
         self._questions[question_id] = question

@@ -263,12 +263,15 @@ async def test_a_server_that_is_not_there_is_one_line_on_stderr_and_exit_1() -> 
     [
         b'{"sessionId": "s1", "toolCall": "not a tool call"}',
         msgspec.json.encode(
+            {**permission_params("s1", "c1"), "toolCall": {"toolCallId": "c1", "kind": "x"}}
+        ),
+        msgspec.json.encode(
             permission_params(
                 "s1", "c1", [{"optionId": "yolo", "name": "Run anything", "kind": "allow_always"}]
             )
         ),
     ],
-    ids=["does not decode", "disagrees with the question"],
+    ids=["does not decode", "a newer agent's tool kind", "disagrees with the question"],
 )
 async def test_a_request_that_cannot_be_shown_whole_shows_its_summary_and_offered_options(
     raw: bytes,
@@ -283,9 +286,9 @@ async def test_a_request_that_cannot_be_shown_whole_shows_its_summary_and_offere
         with client.permission_handler("s1", deferred(relayed_as_raw, raw_params=True)):
             async with approving(authority) as approver:
                 await asked(peer, relay, "c1")
-                await approver.out.wait_for("its summary is shown")
+                await approver.out.wait_for("shown as it arrived")
                 assert "run c1" in approver.text and "Allow" in approver.text
-                assert "Run anything" not in approver.text and "yolo" not in approver.text
+                assert "The request as it arrived" in approver.text  # (all of it, as text)
                 await approver.answer("3")
                 await approver.out.wait_for("there is no option 3: choose 1-2")
                 await approver.answer("yolo")

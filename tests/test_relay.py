@@ -622,3 +622,94 @@ class RegistryMachine(RuleBasedStateMachine):
 
 
 TestRegistryMachine = RegistryMachine.TestCase
+
+
+def _with_tool_call(**fields: Any) -> dict[str, Any]:
+    params = permission_params("s1", "c1")
+    params["toolCall"].update(fields)
+    return params
+
+
+NEWER_RUNTIME = [
+    {"kind": "teleport"},
+    {"status": "dreaming"},
+    {"content": [{"type": "hologram", "frames": 3}]},
+    {"content": [{"type": "content", "content": {"type": "smell", "notes": "pine"}}]},
+]
+
+
+@pytest.mark.parametrize("unknown", NEWER_RUNTIME, ids=lambda unknown: json.dumps(unknown))
+async def test_a_request_of_a_newer_runtime_reaches_a_raw_params_handler_as_it_arrived(
+    unknown: dict[str, Any],
+) -> None:
+    """A tool kind, status or content type this version does not know: a handler that
+    can show the raw request gets it (``understood`` False), and the relay forwards it
+    verbatim, answerable only with an offered option."""
+    relay = Relay()
+    params = _with_tool_call(**unknown)
+    async with connected("acp") as (client, peer):
+        with client.permission_handler("s1", relay.handler), relay.subscribe("A") as view:
+            request_id = await peer.request("session/request_permission", params)
+            [requested] = await next_events(view, 1)
+            assert isinstance(requested, Requested)
+            question = requested.question
+            assert not question.understood
+            assert bytes(question.request) == msgspec.json.encode(params)
+            assert (question.session_id, question.tool_call_id) == ("s1", "c1")
+            assert question.title == "run c1" and question.kind is None
+            relay.answer(
+                question.question_id, {"outcome": "selected", "optionId": "allow"}, view="A"
+            )
+            reply = await peer.receive()
+    assert reply["id"] == request_id and reply["result"] == selected("allow")
+
+
+@pytest.mark.parametrize(
+    "handler",
+    [
+        permclient.deferred(lambda question: question.answer(Selected("allow"))),
+        permclient.rule(lambda request: Selected("allow")),
+    ],
+    ids=["deferred without raw params", "rule"],
+)
+async def test_a_request_of_a_newer_runtime_is_cancelled_for_any_other_handler(
+    handler: Any,
+) -> None:
+    async with connected("acp") as (client, peer):
+        with client.permission_handler("s1", handler):
+            for unknown in NEWER_RUNTIME:
+                await peer.request("session/request_permission", _with_tool_call(**unknown))
+                assert (await peer.receive())["result"] == CANCELLED
+
+
+async def test_a_raw_params_handler_gets_no_request_that_is_wrong_in_another_way() -> None:
+    """Only an unknown kind, status or content type is let through: an unknown option
+    kind (answers are checked against the options), a missing field or a wrong type
+    is malformed as before."""
+    kept: list[permclient.Question] = []
+    async with connected("acp") as (client, peer):
+        with client.permission_handler("s1", permclient.deferred(kept.append, raw_params=True)):
+            for params in (
+                permission_params("s1", options=[{"optionId": "a", "name": "A", "kind": "x"}]),
+                _with_tool_call(content=[{"type": "diff"}]),
+                _with_tool_call(locations=[{"path": 5}]),
+                {**_with_tool_call(kind="teleport"), "sessionId": ""},
+            ):
+                await peer.request("session/request_permission", params)
+                assert (await peer.receive())["result"] == CANCELLED
+        assert kept == []
+
+
+async def test_a_rule_in_front_of_a_raw_params_handler_never_sees_a_request_it_cannot_type() -> (
+    None
+):
+    seen: list[Any] = []
+    kept: list[permclient.Question] = []
+    async with connected("acp") as (client, peer):
+        with (
+            client.permission_handler("s1", permclient.deferred(kept.append, raw_params=True)),
+            client.permission_handler("s1", permclient.rule(seen.append)),
+        ):
+            await peer.request("session/request_permission", _with_tool_call(kind="teleport"))
+            assert (await peer.receive())["result"] == CANCELLED
+    assert seen == [] and kept == []

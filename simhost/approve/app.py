@@ -502,7 +502,7 @@ class Approver:
         hint = Text()
         if not self._asked[card].whole:
             hint.append(
-                "⚠ the agent's request could not be read: its summary is shown · ", "yellow"
+                "⚠ the agent's request could not be read in full: shown as it arrived · ", "yellow"
             )
         count = len(card.request.options)
         if self._send is None:

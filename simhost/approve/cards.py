@@ -5,8 +5,9 @@ as permclient decodes it, so this terminal shows what ``simhost chat`` would. Th
 answer, though, goes to the relay, which checks it against the question's own
 options: the whole request is shown only when it agrees with the question's
 summary (session, tool call, title, kind and every option). Otherwise, or when it
-does not decode, the card shows that summary, from which it can still be answered
-with exactly the options the question offers. A question that cannot even be
+does not decode (a newer agent's tool kind or content type), the card shows that
+summary and the request as it arrived, as text, and can be answered with exactly the
+options the question offers. A question that cannot even be
 summed up is not shown (and never answered here).
 """
 
@@ -17,9 +18,11 @@ from typing import Final, get_args
 import msgspec
 
 from permclient import (
+    Content,
     PermissionOption,
     PermissionOptionKind,
     PermissionRequest,
+    TextContent,
     ToolCallUpdate,
     ToolKind,
 )
@@ -68,10 +71,13 @@ def _summary(question: RelayQuestion) -> PermissionRequest | None:
         if kind is None:
             return None
         options.append(PermissionOption(option.option_id, option.name, kind))
+    as_it_arrived = msgspec.json.format(question.request, indent=2).decode()
     call = ToolCallUpdate(
         tool_call_id=question.tool_call_id,
         title=question.title,
         kind=_TOOL_KINDS.get(question.kind or ""),  # (shown unescaped by the card)
+        # The whole request, as text: what could not be read may be what matters.
+        content=[Content(TextContent(f"The request as it arrived:\n{as_it_arrived}"))],
     )
     try:
         return PermissionRequest(question.session_id, call, tuple(options))

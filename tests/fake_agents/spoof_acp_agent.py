@@ -18,6 +18,7 @@ OPTIONS = [
     {"optionId": "allow", "name": "Run tests\n 2  Deny  reject_once", "kind": "allow_once"},
     {"optionId": "deny", "name": "Deny", "kind": "reject_once"},
 ]
+TOOL_CALL_EXTRA: dict[str, Any] = {}  # (another agent's variant: fields of its tool call)
 
 
 def send(message: dict[str, Any]) -> None:
@@ -39,7 +40,7 @@ def ask(session_id: str, number: int) -> str:
             "method": "session/request_permission",
             "params": {
                 "sessionId": session_id,
-                "toolCall": {**call, "rawInput": {"command": COMMAND}},
+                "toolCall": {**call, "rawInput": {"command": COMMAND}, **TOOL_CALL_EXTRA},
                 "options": OPTIONS,
             },
         }

@@ -227,6 +227,8 @@ export class CardView {
     const title = typeof question.title === "string" && question.title ? question.title : "(untitled tool call)";
     this.title = title;
     const analysis = analyse(question.request);
+    // The client could type it only in part (a newer agent): show it as it arrived.
+    if (question.understood === false) analysis.unknown = true;
     const card = el("section", {
       class: "card",
       role: "dialog",
@@ -309,7 +311,7 @@ export class CardView {
           title: kind || null,
         },
         index < KEYED_OPTIONS ? el("span", { class: "num", "aria-hidden": "true" }, String(index + 1)) : null,
-        el("span", { class: "opt-name" }, String(option.name ?? "")),
+        el("span", { class: "opt-name" }, visible(String(option.name ?? ""))),  // (one line: no drawn rows)
       );
       button.addEventListener("click", () => this.answer({ outcome: "selected", optionId: option.optionId }));
       group.append(button);
