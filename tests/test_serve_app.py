@@ -243,20 +243,25 @@ async def test_fifty_sessions_with_questions_pending_each_answer_reaches_its_own
             assert outputs[session_id] == f"exit code 0\nn{number}\n"
 
 
-async def test_the_page_and_its_files_need_the_token_once_then_the_cookie(
+async def test_the_page_carries_the_token_to_its_files_and_sets_no_cookie(
     tmp_path: Path,
 ) -> None:
     async with served(tmp_path) as server, httpx.AsyncClient() as http:
         root = f"http://{server.authority}"
-        assert (await http.get(f"{root}/static/app.js")).status_code == 403
         page = await http.get(server.url)
         assert page.status_code == 200 and "text/html" in page.headers["content-type"]
-        cookie = page.headers["set-cookie"].lower()
-        assert "httponly" in cookie and "samesite=strict" in cookie
-        script = await http.get(f"{root}/static/app.js")  # (the cookie, no ?token=)
+        assert "set-cookie" not in page.headers  # (a cookie would go to every port)
+        assert f'src="/static/{server.token}/app.js"' in page.text
+        script = await http.get(f"{root}/static/{server.token}/app.js")
         assert script.status_code == 200 and "javascript" in script.headers["content-type"]
-        for path in ("/static/..%2Fserver.py", "/static/.hidden.js", "/static/nothere.js"):
-            assert (await http.get(f"{root}{path}")).status_code == 404
+        assert b"./card.js" in script.content  # (its imports are relative: they carry it)
+        for path in (f"/static/{server.token}/card.js", f"/static/{server.token}/style.css"):
+            assert (await http.get(f"{root}{path}")).status_code == 200
+        for path in ("/static/app.js", "/static/wrong-token-wrong-token-xx/app.js"):
+            assert (await http.get(f"{root}{path}")).status_code == 403
+        for name in (".hidden.js", "nothere.js", "a%00.js", "server.py"):
+            missing = await http.get(f"{root}/static/{server.token}/{name}")
+            assert missing.status_code == 404
 
 
 async def test_only_http_1_1_and_this_servers_names(tmp_path: Path) -> None:
@@ -285,10 +290,11 @@ def run_serve(*args: str, env: dict[str, str] | None = None) -> subprocess.Compl
 @pytest.mark.parametrize(
     ("args", "env", "says"),
     [
-        (["--host", "0.0.0.0"], {}, "choose the token yourself"),
+        (["--host", "192.0.2.1"], {}, "choose the token yourself"),
+        (["--host", "0.0.0.0"], {"SIMHOST_TOKEN": "t" * 22}, "is every address"),
         (["--host", "example.com"], {}, "give an IP address"),
         (["--port", "70000"], {}, "expected 0 to 65535"),
-        (["--host", "0.0.0.0"], {"SIMHOST_TOKEN": "short"}, "22 to 256 characters"),
+        (["--host", "192.0.2.1"], {"SIMHOST_TOKEN": "short"}, "22 to 256 characters"),
         (["--dialect", "grpc"], {}, "unknown dialect"),
     ],
 )

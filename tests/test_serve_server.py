@@ -43,7 +43,6 @@ async def test_http_needs_the_token_and_this_servers_host_and_sends_a_strict_pol
         for name, value in SECURITY_HEADERS.items():
             assert good.headers[name] == value
         assert "access-control-allow-origin" not in good.headers
-        http.cookies.clear()  # (the page's cookie: the token, see test_serve_app)
         assert (await http.get(f"http://{authority}/")).status_code == 403
         assert (await http.get(f"http://{authority}/?token=nope")).status_code == 403
         rebound = await http.get(
@@ -260,3 +259,42 @@ async def test_an_elicitation_is_answered_cancel_without_a_view_seeing_it() -> N
         reply = await peer.receive()
         assert reply == {"jsonrpc": "2.0", "id": request_id, "result": {"action": "cancel"}}
         nursery.cancel_scope.cancel()
+
+
+def _masked_text_frame(text: str) -> bytes:
+    """A client's WebSocket text frame (RFC 6455: masked), for a payload under 126 bytes."""
+    payload, mask = text.encode(), b"\x01\x02\x03\x04"
+    masked = bytes(byte ^ mask[index % 4] for index, byte in enumerate(payload))
+    return bytes([0x81, 0x80 | len(payload)]) + mask + masked
+
+
+async def _upgrade_with_a_message_behind(authority: str, token: str) -> bytes:
+    """An upgrade request and an ``open`` frame in one write; what comes back."""
+    host, port = authority.split(":")
+    request = (
+        f"GET /ws?token={token} HTTP/1.1\r\nHost: {authority}\r\n"
+        f"Origin: http://{authority}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    )
+    received = b""
+    async with await trio.open_tcp_stream(host, int(port)) as stream:
+        await stream.send_all(request.encode() + _masked_text_frame('{"type":"open"}'))
+        with trio.move_on_after(1):  # (what arrives by then: the test says what it needs)
+            while chunk := await stream.receive_some():
+                received += chunk
+                if b'"replayed"' in received or received.startswith(b"HTTP/1.1 403"):
+                    break
+    return received
+
+
+async def test_a_message_right_behind_the_upgrade_is_held_until_accepted_or_dropped() -> None:
+    """A client may send before the 101 comes: refused, it is dropped; accepted, it is
+    read. Either way the server goes on (it once ended the whole server)."""
+    async with serving(Relay()) as authority:
+        refused = await _upgrade_with_a_message_behind(authority, "nope")
+        assert refused.startswith(b"HTTP/1.1 403")
+        accepted = await _upgrade_with_a_message_behind(authority, TOKEN)
+        assert accepted.startswith(b"HTTP/1.1 101")
+        assert b'"type":"opened"' in accepted and b'"type":"replayed"' in accepted
+        async with view(authority) as ws:
+            assert await opened(ws, "after") == []

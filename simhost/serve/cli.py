@@ -5,23 +5,19 @@ from __future__ import annotations
 import ipaddress
 import math
 import os
-import re
 import secrets
 from pathlib import Path
-from typing import Annotated, Final
+from typing import Annotated
 
 import trio
 import typer
 
 from permclient import DialectName
 from simhost._usage import check_agent_command, fail, interrupted
-from simhost.serve.protocol import TOKEN_ENV
+from simhost.serve.protocol import TOKEN, TOKEN_ENV
 
 __all__ = ["serve_command"]
 
-# What a token may be: it travels in a URL and a cookie, and 22 characters of
-# URL-safe base64 are 128 bits.
-_TOKEN: Final = re.compile(r"[A-Za-z0-9_.~-]{22,256}")
 
 
 def serve_command(
@@ -123,9 +119,16 @@ def serve_command(
     if agent is not None:
         check_agent_command(command, "--agent", agent)
     try:
-        loopback = ipaddress.ip_address(host).is_loopback
+        address = ipaddress.ip_address(host)
     except ValueError:
         raise fail(command, f"--host {host!r}: give an IP address, e.g. 127.0.0.1") from None
+    if address.is_unspecified:  # (the Host check needs the one name views use)
+        raise fail(
+            command,
+            f"--host {host} is every address: give the one views will use "
+            "(this machine's address on the network you trust)",
+        )
+    loopback = address.is_loopback
     token = _chosen_token(command, token_file)
     if token is None:
         if not loopback:
@@ -176,7 +179,7 @@ def _chosen_token(command: str, token_file: Path | None) -> str | None:
         token, where = os.environ[TOKEN_ENV].strip(), TOKEN_ENV
     else:
         return None
-    if not _TOKEN.fullmatch(token):
+    if not TOKEN.fullmatch(token):
         raise fail(
             command, f"{where}: a token is 22 to 256 characters of A-Z a-z 0-9 _ . ~ - (128 bits)"
         )

@@ -19,7 +19,13 @@ from typing import Final
 
 import trio
 
-from permclient import Client, ConnectionClosed, InboundNotification, RequestError
+from permclient import (
+    Client,
+    ConnectionClosed,
+    InboundNotification,
+    PermclientError,
+    RequestError,
+)
 from permclient.relay import Relay
 from simhost._updates import message_text
 from simhost.chat.backends import Backend, Unsupported
@@ -47,6 +53,7 @@ class ServedSession:
         self.turn: trio.CancelScope | None = None
         self.presets: list[str] = []
         self.preset: str | None = None  # the one in force, once known
+        self.applying: str | None = None  # on its way to the agent as a turn starts
         self.held_preset: str | None = None  # applied when the next turn starts
 
 
@@ -174,12 +181,8 @@ class ServeHost:
                 if session.held_preset is not None:
                     await self._apply_held_preset(session)
                 ended = await self.backend.prompt(session.session_id, text)
-        except Unsupported as exc:
-            ended = f"error: {exc}"
-        except RequestError as exc:
-            ended = f"error: the {self.backend.role} answered with an error {exc}"
-        except ConnectionClosed as exc:
-            ended = f"error: the {self.backend.role} connection is gone ({exc})"
+        except (Unsupported, PermclientError, trio.TooSlowError) as exc:
+            ended = f"error: {self._why(exc)}"
         finally:
             session.turn = None
             self._broadcast(SessionEvent(session.session_id, "turn_ended", ended))
@@ -216,21 +219,31 @@ class ServeHost:
         if preset not in listing.presets:
             return Error(f"no such preset: the session has {', '.join(listing.presets)}")
         session = self.sessions[session_id]
-        session.held_preset = None if preset == session.preset else preset
+        in_force = session.applying or session.preset  # (what the next turn starts with)
+        session.held_preset = None if preset == in_force else preset
         self._broadcast(self._presets_of(session))
         return None
 
     async def _apply_held_preset(self, session: ServedSession) -> None:
+        """Send the held switch; shielded (bounded): once the agent has the request,
+        cancelling the turn must not leave the host believing another preset."""
         held, session.held_preset = session.held_preset, None
+        session.applying = held
         assert held is not None
-        session.preset = await self.backend.set_permission(session.session_id, held)
+        try:
+            with trio.CancelScope(shield=True), trio.fail_after(AGENT_WAIT_S):
+                session.preset = await self.backend.set_permission(session.session_id, held)
+        except BaseException:
+            session.preset = None  # not known now: the next listing asks the agent
+            raise
+        finally:
+            session.applying = None
         self._broadcast(self._presets_of(session))
 
     @staticmethod
     def _presets_of(session: ServedSession) -> Presets:
-        return Presets(
-            session.session_id, list(session.presets), session.preset or "", session.held_preset
-        )
+        pending = session.held_preset or session.applying
+        return Presets(session.session_id, list(session.presets), session.preset or "", pending)
 
     def start_request(
         self, listener: Listener, request: Callable[[], Awaitable[ServerMessage | None]]
@@ -244,18 +257,24 @@ class ServeHost:
     async def _request(
         self, listener: Listener, request: Callable[[], Awaitable[ServerMessage | None]]
     ) -> None:
-        role = self.backend.role
         reply: ServerMessage | None
         try:
             with trio.fail_after(AGENT_WAIT_S):
                 reply = await request()
-        except trio.TooSlowError:
-            reply = Error(f"the {role} did not answer within {AGENT_WAIT_S} s")
-        except Unsupported as exc:
-            reply = Error(str(exc))
-        except RequestError as exc:
-            reply = Error(f"the {role} answered with an error {exc}")
-        except ConnectionClosed as exc:
-            reply = Error(f"the {role} connection is gone ({exc})")
+        except (Unsupported, PermclientError, trio.TooSlowError) as exc:
+            reply = Error(self._why(exc))
         if reply is not None:
             listener.deliver(reply)
+
+    def _why(self, exc: Exception) -> str:
+        """What a view is told of a request to the agent that failed."""
+        role = self.backend.role
+        if isinstance(exc, trio.TooSlowError):
+            return f"the {role} did not answer within {AGENT_WAIT_S} s"
+        if isinstance(exc, RequestError):
+            return f"the {role} answered with an error {exc}"
+        if isinstance(exc, ConnectionClosed):
+            return f"the {role} connection is gone ({exc})"
+        if isinstance(exc, Unsupported):
+            return str(exc)
+        return f"the {role} answered what this host cannot read ({exc})"

@@ -125,50 +125,55 @@ async def _serve(
             await host.new_session()
         return info
 
-    async with trio.open_nursery() as nursery:
-        await nursery.start(host.run)
-        nursery.start_soon(until_signal)
-        nursery.start_soon(until_agent_gone)
-        try:
-            info = await _unless(ended, start)
-        except trio.TooSlowError:
-            _error(err_console, f"the {role} did not start in {config.agent.start_timeout:g} s")
-            return _stopped(nursery, 1)
-        except (RequestError, RemoteProtocolError, ConnectionClosed) as exc:
-            _error(err_console, f"the {role} could not start: {one_line(str(exc))}")
-            return _stopped(nursery, 1)
-        if info is None:
-            return _stopped(nursery, 1 if agent_gone else 130)
-        stop_server = trio.Event()
-        async with trio.open_nursery() as web:
-            unusable: OSError | None = None
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(host.run)
+            nursery.start_soon(until_signal)
+            nursery.start_soon(until_agent_gone)
             try:
-                authority = await web.start(
-                    functools.partial(serve_relay, sessions=host),
-                    relay,
-                    Gate(config.token),
-                    config.host,
-                    config.port,
-                    stop_server.wait,
+                info = await _unless(ended, start)
+            except trio.TooSlowError:
+                _error(err_console, f"the {role} did not start in {config.agent.start_timeout:g} s")
+                return _stopped(nursery, 1)
+            except (RequestError, RemoteProtocolError, ConnectionClosed) as exc:
+                _error(err_console, f"the {role} could not start: {one_line(str(exc))}")
+                return _stopped(nursery, 1)
+            if info is None:
+                return _stopped(nursery, 1 if agent_gone else 130)
+            stop_server = trio.Event()
+            async with trio.open_nursery() as web:
+                unusable: OSError | None = None
+                try:
+                    authority = await web.start(
+                        functools.partial(serve_relay, sessions=host),
+                        relay,
+                        Gate(config.token),
+                        config.host,
+                        config.port,
+                        stop_server.wait,
+                    )
+                except* OSError as group:  # (hypercorn binds in a nursery of its own)
+                    unusable = _first_os_error(group)
+                if unusable is not None:
+                    why = unusable.strerror or str(unusable)
+                    _error(err_console, f"cannot listen on {config.host}:{config.port}: {why}")
+                    return _stopped(nursery, 2)
+                name = info.runtime_info.name if info.runtime_info is not None else role
+                err_console.print(
+                    Text(f"simhost serve: {visible(name, keep='')} in {config.agent.workspace}"),
+                    soft_wrap=True,
                 )
-            except* OSError as group:  # (hypercorn binds in a nursery of its own)
-                unusable = _first_os_error(group)
-            if unusable is not None:
-                why = unusable.strerror or str(unusable)
-                _error(err_console, f"cannot listen on {config.host}:{config.port}: {why}")
-                return _stopped(nursery, 2)
-            name = info.runtime_info.name if info.runtime_info is not None else role
-            err_console.print(
-                Text(f"simhost serve: {visible(name, keep='')} in {config.agent.workspace}"),
-                soft_wrap=True,
-            )
-            console.print(f"serving at http://{authority}/?token={config.token}", soft_wrap=True)
-            console.file.flush()
-            await ended.wait()
-            relay.close()  # every question still pending: cancelled, and every view told
-            stop_server.set()
-            web.cancel_scope.deadline = trio.current_time() + SHUTDOWN_GRACE_S
-        return _stopped(nursery, 1 if agent_gone else 0)
+                console.print(
+                    f"serving at http://{authority}/?token={config.token}", soft_wrap=True
+                )
+                console.file.flush()
+                await ended.wait()
+                relay.close()  # every question still pending: cancelled, and every view told
+                stop_server.set()
+                web.cancel_scope.deadline = trio.current_time() + SHUTDOWN_GRACE_S
+            return _stopped(nursery, 1 if agent_gone else 0)
+    finally:
+        relay.close()  # (whatever ended it: every view is told, the agent gets cancelled)
 
 
 async def _unless(event: trio.Event, fn: Callable[[], Awaitable[T]]) -> T | None:

@@ -13,6 +13,7 @@ The question events (``requested``, ``resolved``, ``withdrawn``,
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Final, Literal, TypeAlias
 
 import msgspec
@@ -23,6 +24,9 @@ PROTOCOL_VERSION: Final = 1
 # Where ``simhost serve`` and ``simhost approve`` read a token the person chose (a
 # URL's token shows in the process list and the shell's history).
 TOKEN_ENV: Final = "SIMHOST_TOKEN"
+MIN_TOKEN: Final = 22  # characters: 128 bits of secrets.token_urlsafe
+# What a token may be: it travels in URLs (a query, a path) and in the page.
+TOKEN: Final = re.compile(rf"[A-Za-z0-9_.~-]{{{MIN_TOKEN},256}}")
 # The largest message a view may send (a prompt is the longest): bigger ones are
 # refused before they are decoded.
 MAX_MESSAGE: Final = 64 * 1024

@@ -15,6 +15,7 @@ Work in progress: the page, sessions, prompts and presets are not served yet.
 from __future__ import annotations
 
 import functools
+import logging
 import secrets
 import socket
 from collections.abc import Awaitable, Callable
@@ -25,8 +26,10 @@ from typing import Any, Final
 import msgspec
 import trio
 from hypercorn.config import Config, Sockets
-from hypercorn.protocol import ws_stream
-from hypercorn.trio import serve
+from hypercorn.protocol import h2, h11, ws_stream
+from hypercorn.protocol.events import Body, Data
+from hypercorn.trio import run as hypercorn_run
+from hypercorn.trio import serve, tcp_server
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
@@ -39,6 +42,8 @@ from permclient.relay import AnswerRefused, Relay, Subscription
 from .host import Listener, ServeHost
 from .protocol import (
     MAX_MESSAGE,
+    MIN_TOKEN,
+    TOKEN,
     Answer,
     CancelTurn,
     Error,
@@ -64,26 +69,34 @@ SECURITY_HEADERS: Final = {
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-store",
 }
+log = logging.getLogger(__name__)
+
 OPEN_WAIT_S: Final = 10  # a view that does not open within this is let go
 SEND_WAIT_S: Final = 10  # a view that takes nothing for this long is let go
 POLICY_VIOLATION: Final = 1008  # WebSocket close code
-MIN_TOKEN: Final = 22  # characters: 128 bits of secrets.token_urlsafe
 # A connection whose peer acknowledges nothing for this long is dropped by the
 # kernel (Linux): hypercorn's writes cannot be cancelled, so a view that stops
 # reading would otherwise hold its task, and shutdown, for ever.
 TCP_USER_TIMEOUT_MS: Final = 15_000
+# What a WebSocket client may send before it is accepted (its first message).
+EARLY_BYTES: Final = MAX_MESSAGE + 1024
 
 
 class Gate:
-    """Who may come in: the token (in ``?token=``, or the cookie the page gets with
-    it), and the authority (``host:port``) once bound."""
+    """Who may come in: the token, and the authority (``host:port``) once bound.
+
+    The token comes in ``?token=`` (the page, the WebSocket), or as the first part
+    of a page file's path (``/static/TOKEN/app.js``): the page's own references,
+    and the module imports relative to them, carry it. No cookie: a cookie would go
+    to every port of the host."""
 
     def __init__(self, token: str) -> None:
-        if len(token) < MIN_TOKEN:
-            raise ValueError(f"a token of at least {MIN_TOKEN} characters (128 bits)")
+        if not TOKEN.fullmatch(token):
+            raise ValueError(
+                f"a token is {MIN_TOKEN} to 256 characters of A-Z a-z 0-9 _ . ~ - (128 bits)"
+            )
         self.token = token
         self.authorities: frozenset[str] = frozenset()
-        self.cookie = "simhost-token"
 
     def bind(self, host: str, port: int) -> str:
         """Accept requests for ``host:port`` (and ``localhost:port`` on a loopback
@@ -91,7 +104,6 @@ class Gate:
         authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         loopback = host in ("127.0.0.1", "::1")
         self.authorities = frozenset({authority, f"localhost:{port}"} if loopback else {authority})
-        self.cookie = f"simhost-token-{port}"  # (a cookie is per host, not per port)
         return authority
 
     def refuses(self, scope: Scope, headers: Any, token: str | None) -> str | None:
@@ -100,7 +112,7 @@ class Gate:
             return "HTTP/1.1 only"
         if headers.get("host") not in self.authorities:
             return "the Host header does not name this server"
-        given = token or _cookie(headers, self.cookie) or ""
+        given = token or _path_token(scope.get("path", "")) or ""
         if not secrets.compare_digest(given.encode(), self.token.encode()):
             return "wrong or missing token"
         return None
@@ -111,13 +123,10 @@ class Gate:
         return None
 
 
-def _cookie(headers: Any, name: str) -> str | None:
-    cookies: str = headers.get("cookie", "")
-    for part in cookies.split(";"):
-        key, _, value = part.strip().partition("=")
-        if key == name:
-            return value
-    return None
+def _path_token(path: str) -> str | None:
+    """The token of a page file's path, ``/static/TOKEN/NAME``."""
+    parts = path.split("/")
+    return parts[2] if len(parts) == 4 and parts[1] == "static" else None
 
 
 STATIC: Final = resources.files("simhost.serve") / "static"
@@ -130,33 +139,41 @@ _CONTENT_TYPES: Final = {
 }
 
 
-def _static_file(name: str) -> Response:
+def _static_file(name: str) -> bytes | None:
     """A file of the page (package data): only a plain name of a known type."""
     suffix = "." + name.rpartition(".")[2]
     if "/" in name or name.startswith(".") or suffix not in _CONTENT_TYPES:
-        return PlainTextResponse("not found", 404)
+        return None
     try:
-        body = (STATIC / name).read_bytes()
-    except OSError:
+        return (STATIC / name).read_bytes()
+    except (OSError, ValueError):  # (ValueError: a NUL in the name)
+        return None
+
+
+def _file_response(name: str, body: bytes | None) -> Response:
+    if body is None:
         return PlainTextResponse("not found", 404)
-    return Response(body, media_type=_CONTENT_TYPES[suffix])
+    return Response(body, media_type=_CONTENT_TYPES["." + name.rpartition(".")[2]])
 
 
 def make_app(
     relay: Relay, gate: Gate, host: ServeHost | None = None
 ) -> Callable[..., Awaitable[None]]:
-    """The ASGI app: ``/`` (the page), ``/static/NAME`` (its files) and ``/ws`` (the
+    """The ASGI app: ``/`` (the page), ``/static/TOKEN/NAME`` (its files) and ``/ws`` (the
     relay protocol), every path and method behind the gate and with the security
     headers. Without a ``host``, views answer questions and nothing else."""
 
+    page = _static_file("index.html")
+    assert page is not None, "simhost serve: the page is missing from the package"
+    # The page's own references carry the token (see Gate): the rest follows them.
+    page = page.replace(b'"/static/', f'"/static/{gate.token}/'.encode())
+
     async def index(request: Request) -> Response:
-        page = _static_file("index.html")
-        if request.query_params.get("token"):  # (the page's own files come without it)
-            page.set_cookie(gate.cookie, gate.token, httponly=True, samesite="strict")
-        return page
+        return _file_response("index.html", page)
 
     async def static(request: Request) -> Response:
-        return _static_file(request.path_params["name"])
+        name = request.path_params["name"]
+        return _file_response(name, _static_file(name))
 
     async def views(websocket: WebSocket) -> None:
         await websocket.accept()
@@ -165,7 +182,7 @@ def make_app(
     routes = Starlette(
         routes=[
             Route("/", index),
-            Route("/static/{name}", static),
+            Route("/static/{token}/{name}", static),
             WebSocketRoute("/ws", views),
         ]
     )
@@ -340,21 +357,62 @@ class _CappedBuffer(ws_stream.WebsocketBuffer):
             raise
 
 
-def _harden_websockets() -> None:
-    """Install the two classes above in hypercorn's WebSocket stream (it has no
-    setting for either). Checked at import: an incompatible hypercorn fails here,
-    with a message, rather than serve without them."""
+class _PatientStream(ws_stream.WSStream):
+    """A WebSocket stream that holds what a client sends before the app accepts it
+    (a client may send its first message right behind its upgrade request). hypercorn
+    answers such bytes with a 400 that its HTTP state machine cannot send: the error
+    ended the whole server. Held up to a message's worth, given to the connection
+    once accepted, dropped if it is refused."""
+
+    _early: bytearray | None = None
+
+    async def handle(self, event: Any) -> None:
+        if isinstance(event, Body | Data) and not self.closed and not self.handshake.accepted:
+            early = self._early = self._early or bytearray()
+            if len(early) + len(event.data) <= EARLY_BYTES:
+                early += event.data
+            return
+        await super().handle(event)
+
+    async def app_send(self, message: Any) -> None:
+        await super().app_send(message)
+        if self._early and self.handshake.accepted and not self.closed:
+            early, self._early = bytes(self._early), None
+            await super().handle(Data(stream_id=self.stream_id, data=early))
+
+
+class _ContainedServer(tcp_server.TCPServer):
+    """One connection's failure ends that connection, never the server (hypercorn
+    lets it through to the task that serves every connection)."""
+
+    async def run(self) -> None:
+        try:
+            await super().run()
+        except Exception as exc:
+            log.warning("a connection failed and was closed: %r", exc)
+
+
+def _harden() -> None:
+    """Install the classes above in hypercorn (it has no setting for any of them).
+    Checked at import: an incompatible hypercorn fails here, with a message, rather
+    than serve without them."""
     if not (
         isinstance(getattr(ws_stream, "Handshake", None), type)
         and isinstance(getattr(ws_stream, "WebsocketBuffer", None), type)
         and hasattr(ws_stream, "FrameTooLargeError")
-    ):  # pragma: no cover - a hypercorn whose WebSocket stream we do not know
-        raise ImportError("simhost serve: this hypercorn's WebSocket stream is not supported")
+        and getattr(h11, "WSStream", None) is ws_stream.WSStream
+        and getattr(h2, "WSStream", None) is ws_stream.WSStream
+        and getattr(hypercorn_run, "TCPServer", None) is tcp_server.TCPServer
+    ):  # pragma: no cover - a hypercorn whose insides we do not know
+        raise ImportError("simhost serve: this version of hypercorn is not supported")
     ws_stream.Handshake = _PlainHandshake  # type: ignore[misc]
     ws_stream.WebsocketBuffer = _CappedBuffer  # type: ignore[misc]
+    setattr(h11, "WSStream", _PatientStream)  # noqa: B010 - (not exported: no attribute to mypy)
+    setattr(h2, "WSStream", _PatientStream)  # noqa: B010
+    setattr(hypercorn_run, "TCPServer", _ContainedServer)  # noqa: B010
 
 
-_harden_websockets()
+_harden()
 
 
 class _Config(Config):
