@@ -7,6 +7,7 @@ import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -15,7 +16,7 @@ import trio.testing
 from trio_websocket import ConnectionClosed, ConnectionRejected
 
 from permclient.relay import Relay
-from simhost.serve.protocol import MAX_MESSAGE
+from simhost.serve.protocol import MAX_MESSAGE, Presets
 from simhost.serve.server import SECURITY_HEADERS, Gate, serve_relay
 
 from .peer import CANCELLED, connected, selected
@@ -298,3 +299,71 @@ async def test_a_message_right_behind_the_upgrade_is_held_until_accepted_or_drop
         assert b'"type":"opened"' in accepted and b'"type":"replayed"' in accepted
         async with view(authority) as ws:
             assert await opened(ws, "after") == []
+
+
+async def _request_of(peer: Any, method: str) -> dict[str, Any]:
+    """The client's next request, which must be ``method``."""
+    with trio.fail_after(WAIT_S):
+        message: dict[str, Any] = await peer.receive()
+    assert message.get("method") == method, message
+    return message
+
+
+async def _reply(peer: Any, request: dict[str, Any], result: Any) -> None:
+    await peer.send({"jsonrpc": "2.0", "id": request["id"], "result": result})
+
+
+@asynccontextmanager
+async def hosting(dialect: str) -> AsyncIterator[tuple[Any, Any, Any]]:
+    """A ServeHost on a fake agent with one session ``s1``; yields (host, peer,
+    listener): the listener gets what every view is told."""
+    from simhost.chat.backends import AcpBackend, BridgeBackend
+    from simhost.serve.host import ServeHost
+
+    async with connected(dialect) as (client, peer), trio.open_nursery() as nursery:
+        backend = AcpBackend(client, Path("/")) if dialect == "acp" else BridgeBackend(client)
+        host = ServeHost(client, backend, Relay())
+        await nursery.start(host.run)
+        with host.listen() as listener:
+            nursery.start_soon(host.new_session)
+            method = "session/new" if dialect == "acp" else "sessionNew"
+            await _reply(peer, await _request_of(peer, method), {"sessionId": "s1"})
+            if dialect == "bridge":
+                read = await _request_of(peer, "sessionRead")
+                await _reply(peer, read, {"sessionId": "s1", "title": "one", "messages": []})
+            assert (await listener.receive.receive()).event == "created"
+            yield host, peer, listener
+        nursery.cancel_scope.cancel()
+
+
+async def test_an_agent_reply_the_host_cannot_read_ends_the_turn_not_the_host() -> None:
+    async with hosting("acp") as (host, peer, listener):
+        assert host.prompt("s1", "hi") is None
+        assert (await listener.receive.receive()).event == "turn_started"
+        await _reply(peer, await _request_of(peer, "session/prompt"), {"stopReason": 42})
+        ended = await listener.receive.receive()
+        assert ended.event == "turn_ended" and ended.text.startswith("error: the agent answered")
+        assert host.prompt("s1", "again") is None  # (the host goes on)
+
+
+async def test_a_switch_made_while_another_is_applied_is_held_for_the_next_turn() -> None:
+    presets = {"presetId": "ask", "presets": [{"presetId": "ask"}, {"presetId": "auto-edit"}]}
+    async with hosting("bridge") as (host, peer, listener):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(host.set_preset, "s1", "auto-edit")
+            await _reply(peer, await _request_of(peer, "sessionPermissions"), presets)
+        assert (await listener.receive.receive()).pending == "auto-edit"
+        assert host.prompt("s1", "one") is None
+        applying = await _request_of(peer, "sessionSetPermission")
+        assert applying["params"]["presetId"] == "auto-edit"
+        await host.set_preset("s1", "ask")  # back, while auto-edit is on its way
+        while not isinstance(told := await listener.receive.receive(), Presets):
+            pass
+        assert told.pending == "ask"
+        await _reply(peer, applying, {"presetId": "auto-edit"})
+        await _reply(peer, await _request_of(peer, "chatSend"), {"stopReason": "end_turn"})
+        while getattr(await listener.receive.receive(), "event", None) != "turn_ended":
+            pass
+        assert host.prompt("s1", "two") is None
+        again = await _request_of(peer, "sessionSetPermission")
+        assert again["params"]["presetId"] == "ask"  # (it was lost before)

@@ -225,20 +225,32 @@ class ServeHost:
         return None
 
     async def _apply_held_preset(self, session: ServedSession) -> None:
-        """Send the held switch; shielded (bounded): once the agent has the request,
-        cancelling the turn must not leave the host believing another preset."""
+        """Send the held switch from a task of the host's own: once the agent has the
+        request, a cancelled turn must not leave the host believing another preset
+        (the turn stops waiting; the switch still completes, or fails, here)."""
         held, session.held_preset = session.held_preset, None
+        assert held is not None and self._nursery is not None
         session.applying = held
-        assert held is not None
-        try:
-            with trio.CancelScope(shield=True), trio.fail_after(AGENT_WAIT_S):
-                session.preset = await self.backend.set_permission(session.session_id, held)
-        except BaseException:
-            session.preset = None  # not known now: the next listing asks the agent
-            raise
-        finally:
-            session.applying = None
-        self._broadcast(self._presets_of(session))
+        failed: list[Exception] = []
+        applied = trio.Event()
+
+        async def apply() -> None:
+            try:
+                with trio.fail_after(AGENT_WAIT_S):
+                    session.preset = await self.backend.set_permission(session.session_id, held)
+            except (Unsupported, PermclientError, trio.TooSlowError) as exc:
+                session.preset = None  # not known now: the next listing asks the agent
+                failed.append(exc)
+            else:
+                self._broadcast(self._presets_of(session))
+            finally:
+                session.applying = None
+                applied.set()
+
+        self._nursery.start_soon(apply)
+        await applied.wait()
+        if failed:
+            raise failed[0]
 
     @staticmethod
     def _presets_of(session: ServedSession) -> Presets:
