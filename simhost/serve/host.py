@@ -242,6 +242,7 @@ class ServeHost:
                 session.preset = None  # not known now: the next listing asks the agent
                 failed.append(exc)
             else:
+                session.applying = None
                 self._broadcast(self._presets_of(session))
             finally:
                 session.applying = None
