@@ -331,7 +331,7 @@ async def hosting(dialect: str) -> AsyncIterator[tuple[Any, Any, Any]]:
             if dialect == "bridge":
                 read = await _request_of(peer, "sessionRead")
                 await _reply(peer, read, {"sessionId": "s1", "title": "one", "messages": []})
-            assert (await listener.receive.receive()).event == "created"
+            assert (await listener.receive()).event == "created"
             yield host, peer, listener
         nursery.cancel_scope.cancel()
 
@@ -339,9 +339,9 @@ async def hosting(dialect: str) -> AsyncIterator[tuple[Any, Any, Any]]:
 async def test_an_agent_reply_the_host_cannot_read_ends_the_turn_not_the_host() -> None:
     async with hosting("acp") as (host, peer, listener):
         assert host.prompt("s1", "hi") is None
-        assert (await listener.receive.receive()).event == "turn_started"
+        assert (await listener.receive()).event == "turn_started"
         await _reply(peer, await _request_of(peer, "session/prompt"), {"stopReason": 42})
-        ended = await listener.receive.receive()
+        ended = await listener.receive()
         assert ended.event == "turn_ended" and ended.text.startswith("error: the agent answered")
         assert host.prompt("s1", "again") is None  # (the host goes on)
 
@@ -352,18 +352,41 @@ async def test_a_switch_made_while_another_is_applied_is_held_for_the_next_turn(
         async with trio.open_nursery() as nursery:
             nursery.start_soon(host.set_preset, "s1", "auto-edit")
             await _reply(peer, await _request_of(peer, "sessionPermissions"), presets)
-        assert (await listener.receive.receive()).pending == "auto-edit"
+        assert (await listener.receive()).pending == "auto-edit"
         assert host.prompt("s1", "one") is None
         applying = await _request_of(peer, "sessionSetPermission")
         assert applying["params"]["presetId"] == "auto-edit"
         await host.set_preset("s1", "ask")  # back, while auto-edit is on its way
-        while not isinstance(told := await listener.receive.receive(), Presets):
+        while not isinstance(told := await listener.receive(), Presets):
             pass
         assert told.pending == "ask"
         await _reply(peer, applying, {"presetId": "auto-edit"})
         await _reply(peer, await _request_of(peer, "chatSend"), {"stopReason": "end_turn"})
-        while getattr(await listener.receive.receive(), "event", None) != "turn_ended":
+        while getattr(await listener.receive(), "event", None) != "turn_ended":
             pass
         assert host.prompt("s1", "two") is None
         again = await _request_of(peer, "sessionSetPermission")
         assert again["params"]["presetId"] == "ask"  # (it was lost before)
+
+
+async def test_a_burst_of_agent_text_is_merged_for_a_view_and_drops_no_one() -> None:
+    from simhost.serve.host import LISTENER_BUFFER, MERGED_TEXT, Listener
+    from simhost.serve.protocol import SessionEvent
+
+    listener = Listener()
+    chunks = [f"chunk {number}; " for number in range(5000)]
+    for number, chunk in enumerate(chunks):
+        listener.deliver(SessionEvent("s1" if number % 2 else "s2", "message", chunk))
+    listener.deliver(SessionEvent("s1", "turn_ended", "end_turn"))
+    listener.close()
+    told = [message async for message in listener]
+    assert not listener.dropped and told[-1].event == "turn_ended"
+    assert len(told) < 20 and all(len(message.text) <= MERGED_TEXT for message in told)
+    for session_id, first in (("s1", 1), ("s2", 0)):
+        text = "".join(m.text for m in told if m.session_id == session_id and m.event == "message")
+        assert text == "".join(chunks[first::2])
+
+    behind = Listener()
+    for _ in range(LISTENER_BUFFER + 1):  # (nothing to merge: a turn starts, again and again)
+        behind.deliver(SessionEvent("s1", "turn_started"))
+    assert behind.dropped and [message async for message in behind] == []

@@ -13,6 +13,7 @@ turn starts: a switch never changes what a running turn asks.
 from __future__ import annotations
 
 import functools
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Final
@@ -36,6 +37,8 @@ __all__ = ["Listener", "ServeHost", "ServedSession"]
 
 # Host messages a view may fall behind by before it is dropped (it reconnects).
 LISTENER_BUFFER: Final = 1024
+# The longest agent text a view is sent in one message when chunks are merged.
+MERGED_TEXT: Final = 16 * 1024
 # A request to the agent on a view's behalf that takes longer than this is given up.
 AGENT_WAIT_S: Final = 30
 
@@ -58,24 +61,71 @@ class ServedSession:
 
 
 class Listener:
-    """One view's host messages, in order; :attr:`dropped` once it fell too far behind."""
+    """One view's host messages, in order, until :meth:`close`.
+
+    Chunks of an agent's reply that the view has not taken yet are merged (per
+    session, up to MERGED_TEXT characters), so a burst of output is a few messages;
+    a view that falls more than LISTENER_BUFFER messages behind anyway is dropped
+    (:attr:`dropped`: it reconnects)."""
 
     def __init__(self) -> None:
         self.dropped = False
-        self._send, self.receive = trio.open_memory_channel[ServerMessage](LISTENER_BUFFER)
+        self._queue: deque[ServerMessage] = deque()
+        self._taken = 0  # messages taken from the queue so far
+        self._text_at: dict[str, int] = {}  # session -> its latest queued message's number
+        self._closed = False
+        self._ready = trio.Event()
 
     def deliver(self, message: ServerMessage) -> None:
-        try:
-            self._send.send_nowait(message)
-        except trio.WouldBlock:
+        if self._closed:
+            return
+        queue = self._queue
+        session_id = getattr(message, "session_id", None)
+        if isinstance(message, SessionEvent) and message.event == "message":
+            index = self._text_at.get(message.session_id, -1) - self._taken
+            if 0 <= index < len(queue):
+                last = queue[index]
+                assert isinstance(last, SessionEvent)
+                if len(last.text) + len(message.text) <= MERGED_TEXT:
+                    # (later than what other sessions queued meanwhile: they are theirs)
+                    queue[index] = SessionEvent(
+                        last.session_id, "message", last.text + message.text
+                    )
+                    return
+        if len(queue) >= LISTENER_BUFFER:
             self.dropped = True
-            self._send.close()
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
+            queue.clear()
+            self.close()
+            return
+        if isinstance(message, SessionEvent) and message.event == "message":
+            self._text_at[message.session_id] = self._taken + len(queue)
+        elif session_id is not None:
+            self._text_at.pop(session_id, None)  # (what follows comes after it)
+        queue.append(message)
+        self._ready.set()
+
+    async def receive(self) -> ServerMessage:
+        """The next message; raises :class:`trio.EndOfChannel` once closed and taken."""
+        while not self._queue:
+            if self._closed:
+                raise trio.EndOfChannel
+            await self._ready.wait()
+            self._ready = trio.Event()
+        self._taken += 1
+        return self._queue.popleft()
+
+    def __aiter__(self) -> Listener:
+        return self
+
+    async def __anext__(self) -> ServerMessage:
+        try:
+            return await self.receive()
+        except trio.EndOfChannel:
+            raise StopAsyncIteration from None
 
     def close(self) -> None:
-        self._send.close()
-        self.receive.close()
+        self._closed = True
+        self._ready.set()
 
 
 class ServeHost:

@@ -285,7 +285,7 @@ class ViewSocket:
         scope.cancel()  # the relay closed, or this view fell too far behind
 
     async def _forward_host(self, listener: Listener, scope: trio.CancelScope) -> None:
-        async for message in listener.receive:
+        async for message in listener:
             await self.send(message)
         scope.cancel()  # this view fell too far behind
 
