@@ -390,3 +390,39 @@ async def test_a_burst_of_agent_text_is_merged_for_a_view_and_drops_no_one() -> 
     for _ in range(LISTENER_BUFFER + 1):  # (nothing to merge: a turn starts, again and again)
         behind.deliver(SessionEvent("s1", "turn_started"))
     assert behind.dropped and [message async for message in behind] == []
+
+
+async def test_a_view_has_a_bounded_number_of_requests_in_flight() -> None:
+    from simhost.serve.host import REQUESTS_PER_VIEW
+    from simhost.serve.protocol import Error
+
+    async with hosting("acp") as (host, _peer, listener):
+        release = trio.Event()
+
+        async def slow() -> None:
+            await release.wait()
+
+        for _ in range(REQUESTS_PER_VIEW + 1):
+            host.start_request(listener, slow)
+        refused = await listener.receive()
+        assert isinstance(refused, Error) and "in flight" in refused.reason
+        release.set()
+        await trio.testing.wait_all_tasks_blocked()
+        assert listener.requests == 0
+
+
+async def test_views_past_the_limit_are_told_to_come_back_later(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import simhost.serve.server
+
+    monkeypatch.setattr(simhost.serve.server, "MAX_VIEWS", 2)
+    async with serving(Relay()) as authority, view(authority) as a, view(authority) as b:
+        await opened(a, "a")
+        await opened(b, "b")
+        async with view(authority) as third:
+            with pytest.raises(ConnectionClosed) as closed:
+                await next_message(third)
+            assert closed.value.reason.code == 1013
+        with freed_quietly():
+            del third, closed

@@ -41,6 +41,8 @@ LISTENER_BUFFER: Final = 1024
 MERGED_TEXT: Final = 16 * 1024
 # A request to the agent on a view's behalf that takes longer than this is given up.
 AGENT_WAIT_S: Final = 30
+# A view's requests to the agent (sessions, presets) in flight at once, at most.
+REQUESTS_PER_VIEW: Final = 8
 
 
 async def _cancel_elicitation(params: object) -> dict[str, str]:
@@ -70,6 +72,7 @@ class Listener:
 
     def __init__(self) -> None:
         self.dropped = False
+        self.requests = 0  # its requests to the agent not answered yet
         self._queue: deque[ServerMessage] = deque()
         self._taken = 0  # messages taken from the queue so far
         self._text_at: dict[str, int] = {}  # session -> its latest queued message's number
@@ -313,8 +316,13 @@ class ServeHost:
     ) -> None:
         """Run a view's request against the agent in the host's own task (a view that
         goes away does not abandon it halfway), within :data:`AGENT_WAIT_S`; its
-        reply, or the :class:`Error` that says why there is none, goes to that view."""
+        reply, or the :class:`Error` that says why there is none, goes to that view.
+        A view has at most REQUESTS_PER_VIEW of them in flight."""
         assert self._nursery is not None
+        if listener.requests >= REQUESTS_PER_VIEW:
+            listener.deliver(Error(f"{REQUESTS_PER_VIEW} requests are in flight: wait for them"))
+            return
+        listener.requests += 1
         self._nursery.start_soon(self._request, listener, request)
 
     async def _request(
@@ -326,6 +334,8 @@ class ServeHost:
                 reply = await request()
         except (Unsupported, PermclientError, trio.TooSlowError) as exc:
             reply = Error(self._why(exc))
+        finally:
+            listener.requests -= 1
         if reply is not None:
             listener.deliver(reply)
 

@@ -73,7 +73,9 @@ log = logging.getLogger(__name__)
 
 OPEN_WAIT_S: Final = 10  # a view that does not open within this is let go
 SEND_WAIT_S: Final = 10  # a view that takes nothing for this long is let go
-POLICY_VIOLATION: Final = 1008  # WebSocket close code
+POLICY_VIOLATION: Final = 1008  # WebSocket close codes
+TRY_AGAIN_LATER: Final = 1013
+MAX_VIEWS: Final = 64  # views connected at once
 # A connection whose peer acknowledges nothing for this long is dropped by the
 # kernel (Linux): hypercorn's writes cannot be cancelled, so a view that stops
 # reading would otherwise hold its task, and shutdown, for ever.
@@ -175,9 +177,19 @@ def make_app(
         name = request.path_params["name"]
         return _file_response(name, _static_file(name))
 
+    open_views = 0
+
     async def views(websocket: WebSocket) -> None:
+        nonlocal open_views
         await websocket.accept()
-        await ViewSocket(websocket, relay, host).run()
+        if open_views >= MAX_VIEWS:
+            await websocket.close(TRY_AGAIN_LATER, f"at most {MAX_VIEWS} views at once")
+            return
+        open_views += 1
+        try:
+            await ViewSocket(websocket, relay, host).run()
+        finally:
+            open_views -= 1
 
     routes = Starlette(
         routes=[
