@@ -118,10 +118,11 @@ def test_every_size_limit_holds_before_or_while_decoding() -> None:
     assert isinstance(decode_view_message(long_prompt), Error)
     long_name = json.dumps({"type": "open", "view": "v" * (MAX_NAME + 1)})
     assert isinstance(decode_view_message(long_name), Error)
+    # The longest prompt fits, in any script (up to 4 bytes a character).
+    widest = {"type": "prompt", "sessionId": "s", "text": "😀" * MAX_PROMPT}
+    assert isinstance(decode_view_message(json.dumps(widest, ensure_ascii=False)), Prompt)
     # A str is measured in UTF-8 bytes, as it travels.
-    wide = json.dumps(
-        {"type": "prompt", "sessionId": "s", "text": "é" * 32_760}, ensure_ascii=False
-    )
+    wide = json.dumps({"type": "cancel_turn", "sessionId": "é" * 70_000}, ensure_ascii=False)
     assert len(wide) < MAX_MESSAGE < len(wide.encode())
     assert decode_view_message(wide) == Error(f"message over {MAX_MESSAGE} bytes")
     assert decode_view_message('{"type": "open", "view": "\ud800"}') == Error("not a JSON message")

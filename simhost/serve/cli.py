@@ -107,7 +107,8 @@ def serve_command(
     every question still pending is answered cancelled.
 
     Exit code: 0 after Ctrl-C or SIGTERM, 1 if the agent could not start or went
-    away, 2 for a usage error or an address that cannot be used.
+    away, 2 for a usage error or an address that cannot be used, 130 for Ctrl-C
+    before it was serving.
     """
     command = "simhost serve"
     if not (math.isfinite(start_timeout) and start_timeout > 0):

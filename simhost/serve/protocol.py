@@ -27,10 +27,10 @@ TOKEN_ENV: Final = "SIMHOST_TOKEN"
 MIN_TOKEN: Final = 22  # characters: 128 bits of secrets.token_urlsafe
 # What a token may be: it travels in URLs (a query, a path) and in the page.
 TOKEN: Final = re.compile(rf"[A-Za-z0-9_.~-]{{{MIN_TOKEN},256}}")
-# The largest message a view may send (a prompt is the longest): bigger ones are
-# refused before they are decoded.
-MAX_MESSAGE: Final = 64 * 1024
-MAX_PROMPT: Final = 32 * 1024
+MAX_PROMPT: Final = 32 * 1024  # characters
+# The largest message a view may send, in bytes of UTF-8 (a prompt is the longest,
+# and its characters may take 4 bytes each): bigger ones are refused undecoded.
+MAX_MESSAGE: Final = 4 * MAX_PROMPT + 4096
 MAX_NAME: Final = 64
 
 # A preset's id: the agent's (the reference runtime has ask, read-only, auto-edit).

@@ -9,7 +9,9 @@ Content-Security-Policy and no CORS header. A view speaks the relay protocol
 (:mod:`.protocol`): ``open``, then the replay, then events; bad input gets an
 ``error`` and changes nothing.
 
-Work in progress: the page, sessions, prompts and presets are not served yet.
+The page is package data (``static/``); sessions, prompts, turns and presets are
+:class:`~.host.ServeHost`'s. Where hypercorn has no setting for what this server
+needs, :func:`_harden` installs a subclass of its own class (checked at import).
 """
 
 from __future__ import annotations
@@ -79,7 +81,7 @@ MAX_VIEWS: Final = 64  # views connected at once
 # A connection whose peer acknowledges nothing for this long is dropped by the
 # kernel (Linux): hypercorn's writes cannot be cancelled, so a view that stops
 # reading would otherwise hold its task, and shutdown, for ever.
-TCP_USER_TIMEOUT_MS: Final = 15_000
+TCP_USER_TIMEOUT_MS: Final = SEND_WAIT_S * 1000
 # What a WebSocket client may send before it is accepted (its first message).
 EARLY_BYTES: Final = MAX_MESSAGE + 1024
 
@@ -447,7 +449,7 @@ def hypercorn_config(host: str, port: int) -> _Config:
     config.websocket_max_message_size = MAX_MESSAGE
     config.h11_max_incomplete_size = 16 * 1024  # request line and headers
     config.accesslog = None
-    config.errorlog = None
+    config.errorlog = log  # (an exception in the app is a bug: it must show)
     return config
 
 

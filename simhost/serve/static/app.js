@@ -13,7 +13,7 @@ const PROTOCOL_VERSION = 1;
 const MAX_NOTICES = 8;
 const MAX_ENTRIES = 2000; // transcript entries kept per session
 const MAX_PROMPT_CHARS = 32 * 1024;
-const MAX_MESSAGE_BYTES = 64 * 1024;
+const MAX_MESSAGE_BYTES = 4 * MAX_PROMPT_CHARS + 4096; // the server's limit, in bytes of UTF-8
 const VIEW_KEY = "simhost.view";
 const CURRENT_KEY = "simhost.current";
 
@@ -574,7 +574,7 @@ function sendPrompt() {
   if (!record || text.trim() === "") return;
   const message = { type: "prompt", sessionId: record.id, text };
   if ([...text].length > MAX_PROMPT_CHARS || new TextEncoder().encode(JSON.stringify(message)).length > MAX_MESSAGE_BYTES) {
-    notice(`The prompt is too long: at most ${MAX_PROMPT_CHARS.toLocaleString("en")} characters (64 KiB).`, "error");
+    notice(`The prompt is too long: at most ${MAX_PROMPT_CHARS.toLocaleString("en")} characters (132 KiB of UTF-8).`, "error");
     return;
   }
   if (!ready() || !send(message)) {
