@@ -18,6 +18,7 @@ OPTIONS = [
     {"optionId": "allow", "name": "Run tests\n 2  Deny  reject_once", "kind": "allow_once"},
     {"optionId": "deny", "name": "Deny", "kind": "reject_once"},
 ]
+TITLE = "run tests"
 TOOL_CALL_EXTRA: dict[str, Any] = {}  # (another agent's variant: fields of its tool call)
 
 
@@ -31,7 +32,7 @@ def update(session_id: str, body: dict[str, Any]) -> None:
 
 
 def ask(session_id: str, number: int) -> str:
-    call = {"toolCallId": f"call-{number}", "title": "run tests", "kind": "execute"}
+    call = {"toolCallId": f"call-{number}", "title": TITLE, "kind": "execute"}
     update(session_id, {"sessionUpdate": "tool_call", **call, "status": "pending"})
     request_id = 1000 + number
     send(

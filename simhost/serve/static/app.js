@@ -5,7 +5,7 @@
 // `withdrawn`, never on a click, and after every (re)connection the question
 // list is exactly the replay.
 
-import { clear, el } from "./dom.js";
+import { clear, el, escapedText, SHORT, visible } from "./dom.js";
 import { CardView, sessionLabel } from "./card.js";
 import { Connection, socketUrl } from "./connection.js";
 
@@ -385,9 +385,13 @@ function updateSessionItem(item, id) {
   const current = id === state.current;
   clear(button);
   if (title && title !== id) {
-    button.append(el("span", { class: "session-name" }, title), " ", el("span", { class: "session-id" }, id));
+    button.append(
+      el("span", { class: "session-name" }, visible(title, false, SHORT)),
+      " ",
+      el("span", { class: "session-id" }, visible(id, false, SHORT)),
+    );
   } else {
-    button.append(el("span", { class: "session-name" }, id));
+    button.append(el("span", { class: "session-name" }, visible(id, false, SHORT)));
   }
   if (current) button.setAttribute("aria-current", "true");
   else button.removeAttribute("aria-current");
@@ -495,7 +499,7 @@ function addChunk(record, text) {
 
 function notice(text, kind) {
   const dismiss = el("button", { type: "button", class: "dismiss", "aria-label": "Dismiss notice", title: "Dismiss" }, "×");
-  const item = el("div", { class: ["notice", `notice-${kind}`] }, el("span", { class: "notice-text" }, text), dismiss);
+  const item = el("div", { class: ["notice", `notice-${kind}`] }, el("span", { class: "notice-text" }, escapedText(text, 4 * SHORT)), dismiss);
   dismiss.addEventListener("click", () => item.remove());
   els.notices.append(item); // the newest last, scrolled into view
   while (els.notices.children.length > MAX_NOTICES) els.notices.firstElementChild.remove();

@@ -5,11 +5,25 @@
 // ignores a click or a key for GUARD_MS after it appears, so a press meant for
 // something else never answers it.
 
-import { el, hasHidden, prettyJson, splitLines, visible } from "./dom.js";
+import { el, escapedText, hasHidden, prettyJson, SHORT, splitLines, visible } from "./dom.js";
 import { lineDiff, withContext } from "./diff.js";
 
 /** A card ignores clicks and keys for this long after it appears (milliseconds). */
 export const GUARD_MS = 500;
+
+// When the key before the latest one went down (any key, anywhere on the page): a
+// key that follows another within GUARD_MS is typing, never an answer.
+let keyBefore = -Infinity;
+let keyAt = -Infinity;
+document.addEventListener(
+  "keydown",
+  (event) => {
+    if (event.repeat) return;
+    keyBefore = keyAt;
+    keyAt = performance.now();
+  },
+  { capture: true },
+);
 /** Options a number key chooses (1 to 9). */
 export const KEYED_OPTIONS = 9;
 /** Diff rows shown per file at most (the rest are counted). */
@@ -19,7 +33,8 @@ const UNKNOWN_TEXT = "the agent asks to run a tool this page cannot show in full
 
 /** `title (id)`, or `(id)` for an untitled session. */
 export function sessionLabel(sessionId, title) {
-  return title && title !== sessionId ? `${title} (${sessionId})` : `(${sessionId})`;
+  const id = escapedText(sessionId);
+  return title && title !== sessionId ? `${escapedText(title)} (${id})` : `(${id})`;
 }
 
 /** Shell words joined as a POSIX shell reads them back (Python's shlex.join). */
@@ -127,6 +142,9 @@ export function analyse(request) {
   if (isObject(request._meta) && Object.keys(request._meta).length) out.requestMeta = request._meta;
   if (isObject(call._meta) && Object.keys(call._meta).length) out.callMeta = call._meta;
   strings.push(call.title ?? "", call.toolCallId ?? "", request.sessionId ?? "");
+  if (Array.isArray(request.options)) {
+    for (const option of request.options) if (isObject(option)) strings.push(String(option.name ?? ""));
+  }
   out.hidden =
     strings.some((s) => hasHidden(s)) || multi.some((s) => hasHidden(s, true));
   return out;
@@ -166,7 +184,7 @@ function diffBlock(diff) {
   let verb = "edit";
   if (oldText === null) verb = "new file";
   else if (newText === "" && oldText !== "") verb = "empties";
-  const head = el("div", { class: "diff-path" }, `${verb} `, el("span", { class: "path" }, visible(path)));
+  const head = el("div", { class: "diff-path" }, `${verb} `, el("span", { class: "path" }, visible(path, false, SHORT)));
   const box = el("div", { class: "diff-file" }, head);
   if ((oldText ?? "") === newText) {
     box.append(el("p", { class: "diff-note" }, oldText === null && newText === "" ? "(empty file)" : "(no change)"));
@@ -232,7 +250,7 @@ export class CardView {
     const card = el("section", {
       class: "card",
       role: "dialog",
-      "aria-label": `Permission request: ${title}`,
+      "aria-label": `Permission request: ${escapedText(title)}`,
       tabindex: "-1",
       "data-question-id": question.questionId,
       "data-state": "arming",
@@ -247,14 +265,14 @@ export class CardView {
       el(
         "dd",
         { class: "card-session" },
-        sessionTitle && sessionTitle !== question.sessionId ? [el("strong", {}, visible(sessionTitle)), " "] : null,
-        el("span", { class: "id" }, "(", visible(question.sessionId), ")"),
+        sessionTitle && sessionTitle !== question.sessionId ? [el("strong", {}, visible(sessionTitle, false, SHORT)), " "] : null,
+        el("span", { class: "id" }, "(", visible(question.sessionId, false, SHORT), ")"),
       ),
       el("dt", {}, "Tool"),
       el(
         "dd",
         { class: "card-tool" },
-        el("strong", { class: "tool-title" }, visible(title)),
+        el("strong", { class: "tool-title" }, visible(title, false, SHORT)),
         " ",
         el("span", { class: "tool-kind" }, `kind: ${question.kind || "unknown"}`),
       ),
@@ -287,7 +305,7 @@ export class CardView {
     }
     if (analysis.locations.length) {
       card.append(
-        section("Locations", el("ul", { class: "locations" }, analysis.locations.map((path) => el("li", { class: "path" }, visible(path))))),
+        section("Locations", el("ul", { class: "locations" }, analysis.locations.map((path) => el("li", { class: "path" }, visible(path, false, SHORT))))),
       );
     }
     if (analysis.requestMeta) {
@@ -311,7 +329,7 @@ export class CardView {
           title: kind || null,
         },
         index < KEYED_OPTIONS ? el("span", { class: "num", "aria-hidden": "true" }, String(index + 1)) : null,
-        el("span", { class: "opt-name" }, visible(String(option.name ?? ""))),  // (one line: no drawn rows)
+        el("span", { class: "opt-name" }, visible(String(option.name ?? ""), false, SHORT)), // (one line: no drawn rows)
       );
       button.addEventListener("click", () => this.answer({ outcome: "selected", optionId: option.optionId }));
       group.append(button);
@@ -362,21 +380,23 @@ export class CardView {
   }
 
   /** A key for the card: 1..9 choose, Escape cancels. True if it was the card's
-   * key (answered or ignored by the guard). */
+   * key (answered, or ignored: a held key's repeats, a key that follows another
+   * within half a second, as typing does, and any key while the card arms). */
   handleKey(event) {
     if (event.ctrlKey || event.metaKey || event.altKey || event.isComposing) return false;
+    let decision = null;
     if (event.key === "Escape") {
-      this.answer({ outcome: "cancelled" });
-      return true;
-    }
-    if (/^[1-9]$/.test(event.key)) {
+      decision = { outcome: "cancelled" };
+    } else if (/^[1-9]$/.test(event.key)) {
       const index = Number(event.key) - 1;
       const options = this.question.options || [];
       if (index >= options.length || index >= KEYED_OPTIONS) return false;
-      this.answer({ outcome: "selected", optionId: options[index].optionId });
-      return true;
+      decision = { outcome: "selected", optionId: options[index].optionId };
+    } else {
+      return false;
     }
-    return false;
+    if (!event.repeat && performance.now() - keyBefore >= GUARD_MS) this.answer(decision);
+    return true;
   }
 
   /** `[n, total]`: this is question n of the session's total (shown when total > 1). */

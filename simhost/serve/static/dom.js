@@ -47,13 +47,20 @@ export function clear(node) {
   return node;
 }
 
-// Characters a person cannot see, or that reorder or hide the text around them:
-// C0/C1 controls (a line break and a tab are allowed where lines are meant),
-// soft hyphen, bidi marks, embeddings, overrides and isolates, zero-width
-// characters, word joiners, Hangul fillers, the BOM, interlinear annotations.
-const HIDDEN =
-  /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u00ad\u061c\u115f\u1160\u17b4\u17b5\u180e\u200b-\u200f\u2028-\u202e\u2060-\u206f\u3164\ufeff\ufff9-\ufffb]/u;
-const HIDDEN_ALL = new RegExp(HIDDEN.source, "gu");
+// Characters a person cannot see, or that reorder or hide the text around them: the
+// terminal chat's rule (simhost/chat/text.py). Every character that is not
+// printable (Unicode categories Cc, Cf, Cs, Co, Cn, Zl, Zp, and Zs but the ASCII
+// space) and every other default-ignorable code point (combining grapheme joiner,
+// Hangul fillers, Khmer inherent vowels, Mongolian and other variation selectors,
+// the braille blank). A line break and a tab are allowed where lines are meant.
+const HIDDEN_SOURCE =
+  "(?![\\n\\t ])[\\p{C}\\p{Zl}\\p{Zp}\\p{Zs}\\u034f\\u115f\\u1160\\u17b4\\u17b5\\u180b-\\u180d\\u180f\\u2800\\u3164\\ufe00-\\ufe0f\\uffa0\\u{e0100}-\\u{e01ef}]";
+const HIDDEN = new RegExp(HIDDEN_SOURCE, "u");
+const HIDDEN_ALL = new RegExp(HIDDEN_SOURCE, "gu");
+const HIDDEN_ONE_LINE = new RegExp("[\\n\\t]|" + HIDDEN_SOURCE, "gu");
+// How many characters of an agent's one-line string (a title, a name, a path) are
+// shown: a long one must not push the rest of the card out of sight.
+export const SHORT = 200;
 
 /** True if `text` holds a character `visible` would show escaped. */
 export function hasHidden(text, multiline = false) {
@@ -69,26 +76,50 @@ function escapeOf(char) {
   if (char === "\r") return "\\r";
   if (code === 0x1b) return "\\x1b";
   if (code < 0x100) return "\\x" + code.toString(16).padStart(2, "0");
+  if (code > 0xffff) return "\\U" + code.toString(16).padStart(8, "0");
   return "\\u" + code.toString(16).padStart(4, "0");
 }
 
-/** `text` as nodes: hidden characters (and, unless `multiline`, line breaks and
- * tabs) shown as escapes (`\u202e`) in a `span.esc`, the rest as plain text. */
-export function visible(text, multiline = false) {
-  const out = [];
-  const source = String(text ?? "");
-  const pattern = multiline ? HIDDEN_ALL : new RegExp("[\\n\\t]|" + HIDDEN.source, "gu");
+/** The pieces of `text`: [plain, escape, plain, …] (escapes at odd indexes), at most
+ * `limit` characters of it, and how many were left out. */
+function pieces(text, multiline, limit) {
+  const all = [...String(text ?? "")];
+  const shown = all.length > limit ? all.slice(0, limit).join("") : all.join("");
+  const pattern = multiline ? HIDDEN_ALL : HIDDEN_ONE_LINE;
   pattern.lastIndex = 0;
+  const out = [];
   let last = 0;
   let match;
-  while ((match = pattern.exec(source)) !== null) {
-    if (multiline && match[0] === "\r" && source[match.index + 1] === "\n") continue;
-    if (match.index > last) out.push(source.slice(last, match.index));
-    out.push(el("span", { class: "esc", title: "an invisible or control character" }, escapeOf(match[0])));
+  while ((match = pattern.exec(shown)) !== null) {
+    if (multiline && match[0] === "\r" && shown[match.index + 1] === "\n") continue;
+    out.push(shown.slice(last, match.index), escapeOf(match[0]));
     last = match.index + match[0].length;
   }
-  if (last < source.length) out.push(source.slice(last));
-  return out;
+  out.push(shown.slice(last));
+  return { parts: out, more: Math.max(0, all.length - limit) };
+}
+
+function moreText(more) {
+  return ` … ${more.toLocaleString("en")} more character${more === 1 ? "" : "s"}`;
+}
+
+/** `text` as nodes: hidden characters (and, unless `multiline`, line breaks and
+ * tabs) shown as escapes (`\u202e`) in a `span.esc`, the rest as plain text; past
+ * `limit` characters, a `span.more` says how many more there are. */
+export function visible(text, multiline = false, limit = Infinity) {
+  const { parts, more } = pieces(text, multiline, limit);
+  const out = parts.map((part, index) =>
+    index % 2 ? el("span", { class: "esc", title: "an invisible or control character" }, part) : part,
+  );
+  if (more) out.push(el("span", { class: "more" }, moreText(more)));
+  return out.filter((part) => part !== "");
+}
+
+/** `visible`'s plain-string twin (for an accessible name, a notice): one line,
+ * escapes written out, at most `limit` characters. */
+export function escapedText(text, limit = SHORT) {
+  const { parts, more } = pieces(text, false, limit);
+  return parts.join("") + (more ? moreText(more) : "");
 }
 
 /** The lines of `text`: split at `\n` (a `\r\n` counts as one break); a final
