@@ -271,7 +271,11 @@ async def test_a_server_that_is_not_there_is_one_line_on_stderr_and_exit_1() -> 
             )
         ),
     ],
-    ids=["does not decode", "a newer agent's tool kind", "disagrees with the question"],
+    ids=[
+        "does not decode",
+        "a newer agent's tool kind",
+        "disagrees with the question",
+    ],
 )
 async def test_a_request_that_cannot_be_shown_whole_shows_its_summary_and_offered_options(
     raw: bytes,
@@ -546,3 +550,43 @@ def test_usage_errors_are_one_line_and_exit_2(tmp_path: Path) -> None:
         assert TOKEN not in result.stderr
     help_text = runner.invoke(app, ["--help"]).output
     assert "--token-file" in help_text and "--name" in help_text
+
+
+def test_a_request_nested_deeper_than_a_decoder_goes_still_gets_its_summary() -> None:
+    from permclient.relay import RelayOption, RelayQuestion
+    from simhost.approve.cards import card_request
+
+    deep = msgspec.json.encode(permission_params("s1", "c1")).replace(
+        b'{"command":"python3"}', b"[" * 100_000 + b"]" * 100_000
+    )
+    question = RelayQuestion(
+        "q1",
+        "s1",
+        "c1",
+        "run c1",
+        "execute",
+        (RelayOption("allow", "Allow", "allow_once"),),
+        msgspec.Raw(deep),
+    )
+    shown = card_request(question)
+    assert shown is not None
+    request, whole = shown
+    assert not whole and [option.option_id for option in request.options] == ["allow"]
+
+
+async def test_a_held_key_that_answered_one_card_never_answers_the_next(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """The agent asks again 0.6 s after the first answer, while the digit that gave
+    it is still held down: its repeats outlast the next card's half second."""
+    async with controlled(question("q1", THREE)) as ui:
+        await trio.sleep(0.5)
+        await ui.press(key("1"))
+        assert ui.answers() == [("q1", {"outcome": "selected", "optionId": "allow"})]
+        ui.approver.receive(Resolved("q1", "selected", "allow", "term"))
+        for repeat in range(60):  # two seconds of a held key, 30 repeats a second
+            if repeat == 18:
+                ui.approver.receive(Requested(question("q2", THREE)))
+            await trio.sleep(1 / 30)
+            await ui.press(key("1"))
+        assert len(ui.answers()) == 1

@@ -361,17 +361,17 @@ class Approver:
         """Whether ``key`` answers ``card``: see the module docstring."""
         if key.name != "esc" and not (key.name == "char" and key.char in _CARD_KEYS):
             return False
-        if key.burst or not self._answerable(card):
-            return False
-        assert card.shown_at is not None  # (armed)
-        if read_at < card.shown_at + self.arm_delay:
-            return False  # read before the card had been on screen long enough
         if self._card_key is not None:
             last, last_at = self._card_key
             if key == last and read_at - last_at < self.repeat_guard:
-                self._card_key = (key, read_at)  # a held key, repeating: it answers no more
+                # A held key, repeating: it answers no more, also while the next card
+                # arms or an answer is in flight.
+                self._card_key = (key, read_at)
                 return False
-        return True
+        if key.burst or not self._answerable(card):
+            return False
+        assert card.shown_at is not None  # (armed)
+        return read_at >= card.shown_at + self.arm_delay  # (on screen long enough)
 
     def _on_confirm_key(self, confirming: _Confirming, key: Key, read_at: float) -> None:
         """Enter read after the digit confirms a standing grant; any other key goes back."""

@@ -41,7 +41,7 @@ def card_request(question: RelayQuestion) -> tuple[PermissionRequest, bool] | No
     request (``False``: the summary); ``None`` if neither can be shown."""
     try:
         request = PermissionRequest.from_json(question.request)
-    except (msgspec.DecodeError, ValueError):
+    except (msgspec.DecodeError, ValueError, RecursionError):  # (nested too deep)
         request = None
     if request is not None and _agrees(request, question):
         return request, True
@@ -71,7 +71,10 @@ def _summary(question: RelayQuestion) -> PermissionRequest | None:
         if kind is None:
             return None
         options.append(PermissionOption(option.option_id, option.name, kind))
-    as_it_arrived = msgspec.json.format(question.request, indent=2).decode()
+    try:
+        as_it_arrived = msgspec.json.format(question.request, indent=2).decode()
+    except (msgspec.DecodeError, RecursionError):  # (nested too deep to indent)
+        as_it_arrived = bytes(question.request).decode()
     call = ToolCallUpdate(
         tool_call_id=question.tool_call_id,
         title=question.title,

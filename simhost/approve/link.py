@@ -173,8 +173,8 @@ async def _read(ws: WebSocketConnection, approver: Approver) -> None:
         data = await ws.get_message()
         try:
             message = _decoder.decode(data)
-        except msgspec.DecodeError as exc:
-            approver.unreadable(str(exc))
+        except (msgspec.DecodeError, RecursionError) as exc:  # (JSON nested too deep)
+            approver.unreadable(str(exc) or type(exc).__name__)
             continue
         approver.receive(message)
 

@@ -333,19 +333,18 @@ class ChatApp:
             and not (key.name == "char" and key.char in _CARD_KEYS)
         ):
             return False
-        if key.burst or self.editor.text or self._keyboard_card() is not card:
-            return False  # (a burst: read with other characters, typed or pasted text)
-        assert card.shown_at is not None
-        if read_at < card.shown_at + self.options.arm_delay:
-            return False  # read before the card had been on screen long enough
         if self._card_key is not None:
             last, last_at = self._card_key
             if key == last and read_at - last_at < self.options.repeat_guard:
                 # The held key that answered the last card, repeating: while it is held
-                # (each repeat comes well within the guard), it answers nothing more.
+                # (each repeat comes well within the guard), it answers nothing more,
+                # also while the next card arms.
                 self._card_key = (key, read_at)
                 return False
-        return True
+        if key.burst or self.editor.text or self._keyboard_card() is not card:
+            return False  # (a burst: read with other characters, typed or pasted text)
+        assert card.shown_at is not None
+        return read_at >= card.shown_at + self.options.arm_delay  # (on screen long enough)
 
     @staticmethod
     def _grants_standing(card: Approval, number: int) -> bool:

@@ -268,18 +268,27 @@ def banner(init: InitializeResult, *, pid: int | None, role: str = "runtime") ->
 def waiting_marker(
     waiting: Sequence[Approval], titles: Mapping[str, str | None], *, note: str | None = None
 ) -> Text:
-    """``⧗ 2 approvals waiting: s-2 fs.write: a.txt, s-3 …`` for cards not shown now."""
+    """``⧗ 2 approvals waiting: s-2 fs.write: a.txt, s-3 …`` for cards not shown now.
+
+    Every string is cut short: a long title of a card not shown must never push the
+    shown one off the screen."""
     count = len(waiting)
     text = Text(f"⧗ {count} approval{'s' if count != 1 else ''} waiting: ", style="bold yellow")
     shown = []
     for approval in waiting[:3]:
         title = titles.get(approval.session_id)
-        who = one_line(approval.session_id) + (f" '{one_line(title)}'" if title else "")
-        shown.append(f"{who} {one_line(approval.tool_title)}")
+        who = _short(approval.session_id) + (f" '{_short(title)}'" if title else "")
+        shown.append(f"{who} {_short(approval.tool_title)}")
     text.append(", ".join(shown) + (" …" if count > 3 else ""), style="yellow")
     if note:
         text.append(f"  ({note})", style="dim")
     return text
+
+
+def _short(text: str, limit: int = 40) -> str:
+    """``text`` on one line, at most ``limit`` characters of it (then ``…``)."""
+    line = one_line(text)
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def prompt_line(label: str, text: str, *, cursor: bool = True) -> Text:
