@@ -28,6 +28,7 @@ document.addEventListener(
 export const KEYED_OPTIONS = 9;
 /** Diff rows shown per file at most (the rest are counted). */
 const MAX_DIFF_ROWS = 5000;
+const DRAWN_DIFF_CHARS = 200_000; // of all the request's diffs, drawn at once
 
 const UNKNOWN_TEXT = "the agent asks to run a tool this page cannot show in full";
 
@@ -179,6 +180,30 @@ function section(title, ...body) {
   return el("div", { class: "card-section" }, el("h3", { class: "card-section-title" }, title), ...body);
 }
 
+/** Every diff: drawn, the first one always, the others until DRAWN_DIFF_CHARS of
+ * text have been (one file draws at most MAX_DIFF_ROWS rows); each one after
+ * that is drawn when it is opened (a request of many megabytes would freeze the
+ * page, and it is drawn again on every switch of session). */
+function diffBlocks(diffs) {
+  let drawn = 0;
+  return diffs.map((diff, index) => {
+    drawn += (diff.oldText ?? "").length + (diff.newText ?? "").length;
+    if (index === 0 || drawn <= DRAWN_DIFF_CHARS) return diffBlock(diff);
+    const lines = splitLines(diff.newText ?? "").length + splitLines(diff.oldText ?? "").length;
+    const summary = el(
+      "summary",
+      { class: "diff-path" },
+      el("span", { class: "path" }, visible(diff.path, false, SHORT)),
+      ` · ${lines.toLocaleString("en")} lines, not drawn yet: open to see them`,
+    );
+    const folded = el("details", { class: "diff-file folded" }, summary);
+    folded.addEventListener("toggle", () => {
+      if (folded.open && folded.childElementCount === 1) folded.append(diffBlock(diff));
+    });
+    return folded;
+  });
+}
+
 function diffBlock(diff) {
   const { path, oldText, newText } = diff;
   let verb = "edit";
@@ -298,7 +323,7 @@ export class CardView {
     if (analysis.input !== undefined) card.append(section("Input", jsonBlock(analysis.input)));
     if (analysis.diffs.length) {
       const count = analysis.diffs.length;
-      card.append(section(`Changes (${count} file${count === 1 ? "" : "s"})`, analysis.diffs.map(diffBlock)));
+      card.append(section(`Changes (${count} file${count === 1 ? "" : "s"})`, diffBlocks(analysis.diffs)));
     }
     if (analysis.contents.length) {
       card.append(section("Content", analysis.contents.map((text) => el("div", { class: "text-block" }, visible(text, true)))));
