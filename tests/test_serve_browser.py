@@ -119,7 +119,9 @@ def test_an_answer_in_one_tab_shows_resolved_in_the_other(
         b.armed_card().get_by_role("button", name="Allow", exact=True).click()
         for tab in (a, b):
             expect(tab.card()).to_have_count(0)
-        expect(a.notices().last).to_contain_text("answered in another view")
+        b_name = b.page.locator("#view-name").inner_text().removeprefix("this view: ")
+        assert b_name.startswith("browser-")
+        expect(a.notices().last).to_contain_text(f"answered in another view: {b_name}")
         expect(a.page.get_by_role("log", name="Transcript")).to_contain_text("created notes.txt")
         assert (tmp_path / "notes.txt").read_text() == "hello\n"
 

@@ -355,6 +355,8 @@ export class CardView {
         },
         index < KEYED_OPTIONS ? el("span", { class: "num", "aria-hidden": "true" }, String(index + 1)) : null,
         el("span", { class: "opt-name" }, visible(String(option.name ?? ""), false, SHORT)), // (one line: no drawn rows)
+        // What it is, in words (a colour alone can say "allow" of a button named "Deny").
+        kind ? el("span", { class: "opt-kind", "aria-hidden": "true" }, visible(kind.replace("_", " "), false, 40)) : null,
       );
       button.addEventListener("click", () => this.answer({ outcome: "selected", optionId: option.optionId }));
       group.append(button);
