@@ -2,9 +2,12 @@
 
 export const FIRST_DELAY_MS = 500;
 export const MAX_DELAY_MS = 5000;
+// A socket the server has not opened the view on (`opened`) by then is dropped and
+// tried again: a connect or a handshake that hangs never leaves the page waiting.
+export const OPEN_WAIT_MS = 15000;
 
 /** The relay's WebSocket URL for this page: `/ws` on the page's host, with the
- * page's `?token=` if it has one (else the cookie authenticates). */
+ * page's `?token=` (without one, the server refuses it, and the page says so). */
 export function socketUrl(location) {
   const scheme = location.protocol === "https:" ? "wss:" : "ws:";
   const token = new URLSearchParams(location.search).get("token");
@@ -28,6 +31,7 @@ export class Connection {
     this.socket = null;
     this.delay = FIRST_DELAY_MS;
     this.timer = null;
+    this.openTimer = null;
     this.attempts = 0;
   }
 
@@ -43,6 +47,10 @@ export class Connection {
       return;
     }
     this.socket = socket;
+    clearTimeout(this.openTimer);
+    this.openTimer = setTimeout(() => {
+      if (this.socket === socket) socket.close();
+    }, OPEN_WAIT_MS);
     socket.addEventListener("open", () => {
       if (this.socket === socket) this.onOpen();
     });
@@ -73,6 +81,7 @@ export class Connection {
   /** The server has opened this view: the next drop retries quickly again. */
   established() {
     this.delay = FIRST_DELAY_MS;
+    clearTimeout(this.openTimer);
   }
 
   get isOpen() {
