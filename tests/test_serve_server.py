@@ -426,3 +426,22 @@ async def test_views_past_the_limit_are_told_to_come_back_later(
             assert closed.value.reason.code == 1013
         with freed_quietly():
             del third, closed
+
+
+async def test_an_upgrade_to_http_2_is_not_made() -> None:
+    """hypercorn would switch to HTTP/2 before the gate sees a request: the request is
+    answered in HTTP/1.1 instead, through the gate."""
+    async with serving(Relay()) as authority:
+        host, port = authority.split(":")
+        request = (
+            f"GET /nowhere?token={TOKEN} HTTP/1.1\r\nHost: {authority}\r\n"
+            "Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n"
+            "HTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n"
+        )
+        head = b""
+        async with await trio.open_tcp_stream(host, int(port)) as stream:
+            await stream.send_all(request.encode())
+            with trio.fail_after(WAIT_S):
+                while b"\r\n\r\n" not in head:
+                    head += await stream.receive_some()
+        assert head.startswith(b"HTTP/1.1 404")  # (not 101 Switching Protocols)

@@ -27,6 +27,7 @@ from typing import Any, Final
 
 import msgspec
 import trio
+from hypercorn import protocol as hypercorn_protocol
 from hypercorn.config import Config, Sockets
 from hypercorn.protocol import h2, h11, ws_stream
 from hypercorn.protocol.events import Body, Data
@@ -395,6 +396,14 @@ class _PatientStream(ws_stream.WSStream):
             await super().handle(Data(stream_id=self.stream_id, data=early))
 
 
+class _Http11Only(h11.H11Protocol):
+    """HTTP/1.1 only: hypercorn would switch a connection to HTTP/2 (an ``h2c``
+    upgrade, or HTTP/2's preface) before any request reaches the gate."""
+
+    async def _check_protocol(self, event: Any) -> None:
+        return
+
+
 class _ContainedServer(tcp_server.TCPServer):
     """One connection's failure ends that connection, never the server (hypercorn
     lets it through to the task that serves every connection)."""
@@ -417,6 +426,8 @@ def _harden() -> None:
         and getattr(h11, "WSStream", None) is ws_stream.WSStream
         and getattr(h2, "WSStream", None) is ws_stream.WSStream
         and getattr(hypercorn_run, "TCPServer", None) is tcp_server.TCPServer
+        and getattr(hypercorn_protocol, "H11Protocol", None) is h11.H11Protocol
+        and callable(getattr(h11.H11Protocol, "_check_protocol", None))
     ):  # pragma: no cover - a hypercorn whose insides we do not know
         raise ImportError("simhost serve: this version of hypercorn is not supported")
     ws_stream.Handshake = _PlainHandshake  # type: ignore[misc]
@@ -424,6 +435,7 @@ def _harden() -> None:
     setattr(h11, "WSStream", _PatientStream)  # noqa: B010 - (not exported: no attribute to mypy)
     setattr(h2, "WSStream", _PatientStream)  # noqa: B010
     setattr(hypercorn_run, "TCPServer", _ContainedServer)  # noqa: B010
+    setattr(hypercorn_protocol, "H11Protocol", _Http11Only)  # noqa: B010
 
 
 _harden()
