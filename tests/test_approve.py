@@ -320,6 +320,23 @@ async def test_a_dropped_connection_is_made_again_and_its_replay_replaces_the_qu
     assert code == 0
 
 
+async def test_the_end_of_input_ends_it_while_the_server_is_away(
+    clock: trio.testing.MockClock,
+) -> None:
+    with freed_quietly():  # (the server closes the connection: see above)
+        async with trio.open_nursery() as servers:
+            stop = trio.Event()
+            authority = await servers.start(serve_until, Relay(), stop)
+            async with approving(authority) as approver:
+                await approver.out.wait_for("connected to " + authority)
+                stop.set()
+                await trio.testing.wait_all_tasks_blocked()
+                clock.jump(Config.graceful_timeout)  # hypercorn's grace for open connections
+                await approver.out.wait_for(f"trying again in {FIRST_RETRY_S:g} s")
+            # (the block's end closed its stdin: it had to leave at once)
+    assert approver.code == 0
+
+
 async def _drop_and_come_back(
     clock: trio.testing.MockClock, relay: Relay, peer: FakePeer, servers: trio.Nursery
 ) -> int | None:
@@ -344,13 +361,16 @@ async def _drop_and_come_back(
         relay.answer(c1.question_id, {"outcome": "cancelled"}, view="tab B")
         assert (await peer.receive())["result"] == CANCELLED
         await asked(peer, relay, "c2")
-        await approver.answer("1")  # (it waits: nothing is answered while away)
+        await approver.answer("1")  # while away: not held, an answer to nothing
+        await approver.out.wait_for("the card cannot be answered now: '1' ignored")
         port = int(authority.rpartition(":")[2])
         await servers.start(serve_until, relay, second_stop, port)
         clock.jump(LAST_RETRY_S)  # past whatever back-off it is in
         await approver.out.wait_for("⊘ ended while disconnected · run c1 · (s1)")
         await approver.out.wait_for("reconnected to " + authority)
-        answer = await peer.receive()  # the line that waited answers c2's card
+        await approver.out.wait_for("Permission request", count=2)
+        await approver.answer("1")  # (typed once c2's card is up)
+        answer = await peer.receive()
         assert answer["result"] == selected("allow")
         await approver.out.wait_for("→ Allow  allow_once · run c2 · (s1)")
         assert approver.text.count("Permission request") == 2

@@ -118,6 +118,7 @@ class Approver:
         self._by_id: dict[str, Approval] = {}
         self._asked: dict[Approval, _Asked] = {}
         self._send: Send | None = None  # None until the replay is in, and while disconnected
+        self._was_connected = False
         self._where: str | None = None  # the server's host:port, once connected
         self._sent: _Sent | None = None
         self._shown: Approval | None = None
@@ -162,8 +163,13 @@ class Approver:
     def _ready_for_line(self) -> bool:
         if self.exit_code is not None:
             return True
-        if self._send is None or self._sent is not None:
-            return False  # lines wait for the replay, and for the answer in flight
+        if self._send is None:
+            # Lines wait for the first replay (a script's answers may come first); once
+            # the connection dropped they do not: a line typed then answers nothing,
+            # and the end of input ends the approver.
+            return self._was_connected
+        if self._sent is not None:
+            return False  # lines wait for the answer in flight
         card = self._shown
         return card is None or self._armed(card)
 
@@ -182,6 +188,7 @@ class Approver:
             self._forget(approval)
         again = self._where is not None
         self._send, self._where, self._sent = send, where, None
+        self._was_connected = True
         for question in replay:
             self._add(question)
         count = len(self.queue)
