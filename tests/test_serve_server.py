@@ -138,6 +138,13 @@ async def test_bad_input_gets_an_error_and_the_view_goes_on() -> None:
                 }
                 await ws.send_message(json.dumps(wrong_session))
                 assert (await next_message(ws))["reason"] == "the answer names another session"
+                unknown = {**wrong_session, "questionId": "q9-0123456789abcdef"}
+                await ws.send_message(json.dumps(unknown))
+                assert await next_message(ws) == {
+                    "type": "answer_refused",
+                    "questionId": "q9-0123456789abcdef",
+                    "reason": "no such question",
+                }
                 await ws.send_message(json.dumps({**wrong_session, "sessionId": "s1"}))
                 assert (await next_message(ws))["type"] == "resolved"
             assert (await peer.receive())["result"] == selected("allow")
