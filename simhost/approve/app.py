@@ -35,7 +35,6 @@ from simhost.chat.app import DEFAULT_ARM_DELAY_S, REPEAT_GUARD_S, InputMode
 from simhost.chat.approvals import Approval, ApprovalQueue
 from simhost.chat.card import KEYED_OPTIONS, PermissionCard, option_label, session_label
 from simhost.chat.keys import Key
-from simhost.chat.render import waiting_marker
 from simhost.chat.screen import Screen, View
 from simhost.chat.terminal import EndOfInput, InputEvent, Interrupt, Line, Terminate
 from simhost.chat.text import escaped, one_line
@@ -479,17 +478,8 @@ class Approver:
     def _view(self) -> View:
         view = View(prompt=self._status())
         card = self._shown
-        if card is not None:
-            view.card = PermissionCard(
-                card.request,
-                session_title=self.titles.get(card.session_id),
-                position=(1, len(self.queue)),
-                hint=self._hint(card),
-            )
-            view.card_id = card.seq
-        waiting = [approval for approval in self.queue if approval is not card]
-        if waiting and self.exit_code is None:
-            view.marker = waiting_marker(waiting, self.titles)
+        queue = list(self.queue) if self.exit_code is None else []  # (leaving: no card)
+        view.show_queue(card, queue, self.titles, self._hint(card) if card else None)
         return view
 
     def _status(self) -> Text | None:

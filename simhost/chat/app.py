@@ -72,7 +72,6 @@ from .render import (
     prompt_line,
     sessions_table,
     tool_line,
-    waiting_marker,
 )
 from .screen import Screen, View
 from .terminal import EndOfInput, InputEvent, Interrupt, Line, Terminate
@@ -602,20 +601,9 @@ class ChatApp:
                 if partial:
                     view.lines.append(self._agent_line(session_id, partial + "▍"))
         card = self._shown
-        if card is not None:
-            view.card = PermissionCard(
-                card.request,
-                session_title=self.titles.get(card.session_id),
-                position=(1, len(self.queue)),
-                hint=self._card_hint(card),
-            )
-            view.card_id = card.seq
-        waiting = [a for a in self.queue if a is not card]
-        if waiting:
-            note = None
-            if card is None:
-                note = "send or clear (Ctrl-U) your line to answer"
-            view.marker = waiting_marker(waiting, self.titles, note=note)
+        hint = self._card_hint(card) if card is not None else None
+        note = "send or clear (Ctrl-U) your line to answer" if card is None else None
+        view.show_queue(card, list(self.queue), self.titles, hint, note)
         if self.exit_code is None:
             typed = _typed(self.editor.text)
             if self._asking_to_quit:

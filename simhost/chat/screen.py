@@ -23,6 +23,7 @@ the waiting marker when it changes.
 from __future__ import annotations
 
 import signal
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
@@ -33,7 +34,9 @@ from rich.live import Live
 from rich.segment import Segment
 from rich.text import Text
 
+from .approvals import Approval
 from .card import PermissionCard
+from .render import waiting_marker
 
 __all__ = ["FRAME_S", "LiveScreen", "PlainScreen", "Screen", "View"]
 
@@ -53,6 +56,27 @@ class View:
     card_id: int | None = None
     marker: Text | None = None
     prompt: Text | None = None
+
+    def show_queue(
+        self,
+        shown: Approval | None,
+        queue: Sequence[Approval],
+        titles: Mapping[str, str | None],
+        hint: Text | None,
+        note: str | None = None,
+    ) -> None:
+        """``shown``'s card (with ``hint``), and a marker for the rest of ``queue``."""
+        if shown is not None:
+            self.card = PermissionCard(
+                shown.request,
+                session_title=titles.get(shown.session_id),
+                position=(1, len(queue)),
+                hint=hint,
+            )
+            self.card_id = shown.seq
+        waiting = [approval for approval in queue if approval is not shown]
+        if waiting:
+            self.marker = waiting_marker(waiting, titles, note=note)
 
 
 class Screen(Protocol):
