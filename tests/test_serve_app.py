@@ -324,3 +324,23 @@ def test_help_explains_the_url_and_the_exit_codes() -> None:
     assert result.returncode == 0
     for words in ("serving at http://HOST:PORT/?token=TOKEN", "--token-file", "Exit code"):
         assert words in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("agent", "says"),
+    [
+        ("false", "the agent "),
+        ("sh -c 'echo boom >&2; sleep 100'", "did not start in 1 s"),
+    ],
+    ids=["exits at once", "never answers"],
+)
+def test_an_agent_that_does_not_start_is_one_line_and_its_stderr(
+    agent: str, says: str, tmp_path: Path
+) -> None:
+    result = run_serve("--workspace", str(tmp_path), "--agent", agent, "--start-timeout", "1")
+    assert result.returncode == 1 and result.stdout == ""
+    assert "Traceback" not in result.stderr and "ExceptionGroup" not in result.stderr
+    first = result.stderr.splitlines()[0]
+    assert first.startswith("simhost serve: ") and says in first
+    if "boom" in agent:
+        assert "boom" in result.stderr  # (the agent's last words)

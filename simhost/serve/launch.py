@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.text import Text
 
 import permclient
-from permclient import ConnectionClosed, RemoteProtocolError, RequestError
+from permclient import PermclientError
 from permclient.relay import Relay
 from simhost._usage import one_line, plain_console
 from simhost.chat.backends import AcpBackend, Backend, BridgeBackend
@@ -105,6 +105,7 @@ async def _serve(
     host = ServeHost(client, backend, relay)
     ended = trio.Event()  # Ctrl-C or SIGTERM, or the agent went away
     agent_gone = False
+    serving = False  # (before, a start that fails says why itself)
 
     async def until_signal() -> None:
         async for _ in signals:
@@ -115,7 +116,8 @@ async def _serve(
         nonlocal agent_gone
         reason = await client.wait_closed()
         if not ended.is_set():
-            _error(err_console, f"the {role} went away ({one_line(reason)})")
+            if serving:  # (before, the start says why it failed)
+                _error(err_console, f"the {role} went away ({one_line(reason)})")
             agent_gone = True
             ended.set()
 
@@ -135,10 +137,12 @@ async def _serve(
             except trio.TooSlowError:
                 _error(err_console, f"the {role} did not start in {config.agent.start_timeout:g} s")
                 return _stopped(nursery, 1)
-            except (RequestError, RemoteProtocolError, ConnectionClosed) as exc:
+            except PermclientError as exc:
                 _error(err_console, f"the {role} could not start: {one_line(str(exc))}")
                 return _stopped(nursery, 1)
             if info is None:
+                if agent_gone:
+                    _error(err_console, f"the {role} went away as it started")
                 return _stopped(nursery, 1 if agent_gone else 130)
             stop_server = trio.Event()
             async with trio.open_nursery() as web:
@@ -158,6 +162,7 @@ async def _serve(
                     why = unusable.strerror or str(unusable)
                     _error(err_console, f"cannot listen on {config.host}:{config.port}: {why}")
                     return _stopped(nursery, 2)
+                serving = True
                 name = info.runtime_info.name if info.runtime_info is not None else role
                 err_console.print(
                     Text(f"simhost serve: {visible(name, keep='')} in {config.agent.workspace}"),
@@ -177,13 +182,18 @@ async def _serve(
 
 
 async def _unless(event: trio.Event, fn: Callable[[], Awaitable[T]]) -> T | None:
-    """``fn()``'s result, or None if ``event`` is set first (``fn`` is cancelled)."""
+    """``fn()``'s result, or None if ``event`` is set first (``fn`` is cancelled).
+    What ``fn`` raises is raised as it is, not in an exception group."""
     result: T | None = None
+    failure: Exception | None = None
     async with trio.open_nursery() as race:
 
         async def run() -> None:
-            nonlocal result
-            result = await fn()
+            nonlocal result, failure
+            try:
+                result = await fn()
+            except Exception as exc:
+                failure = exc
             race.cancel_scope.cancel()
 
         async def wait() -> None:
@@ -192,6 +202,8 @@ async def _unless(event: trio.Event, fn: Callable[[], Awaitable[T]]) -> T | None
 
         race.start_soon(run)
         race.start_soon(wait)
+    if failure is not None:
+        raise failure
     return result
 
 
