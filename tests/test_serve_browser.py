@@ -290,3 +290,34 @@ def test_a_request_of_many_large_diffs_draws_the_rest_when_opened(
         expect(last.locator("pre.diff")).to_contain_text("line of file 19")
         card.get_by_role("button", name="Deny", exact=True).click()
         expect(tab.page.get_by_role("log", name="Transcript")).to_contain_text("outcome: deny")
+
+
+def test_after_a_restart_the_page_shows_the_new_server_sessions_only(
+    browser: Browser, tabs: list[Tab], tmp_path: Path
+) -> None:
+    """Same port, same token (as docs/serve.md says): the tab reconnects, the old
+    session is gone from it, and the new one takes prompts."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    token_file = tmp_path / "token"
+    token_file.write_text("same-token-across-restarts-0123")
+    args = ("--token-file", str(token_file), "--port", str(port))
+    with served_sync(tmp_path, *args) as (url, _):
+        tab = open_tab(browser, tabs, url)
+        tab.prompt("run echo before")
+        expect(tab.card()).to_have_count(1)
+        first = tab.page.get_by_role("navigation", name="Sessions").get_by_role("listitem")
+        old_id = first.first.get_attribute("data-session-id")
+    expect(tab.notices().last).to_contain_text("the server stopped")
+    with served_sync(tmp_path, *args) as (again, _):
+        assert again == url
+        listed = tab.page.get_by_role("navigation", name="Sessions").get_by_role("listitem")
+        expect(listed).to_have_count(1)
+        expect(listed.first).not_to_have_attribute("data-session-id", old_id or "")
+        expect(tab.card()).to_have_count(0)
+        tab.prompt("run echo after")
+        expect(tab.armed_card()).to_contain_text("echo after")
+        tab.errors = [e for e in tab.errors if "ERR_CONNECTION_REFUSED" not in e]

@@ -253,8 +253,21 @@ function withdrawn(message) {
   const question = forget(message.questionId);
   state.answeredHere.delete(message.questionId);
   if (!question) return;
-  notice(`“${question.title || "(untitled tool call)"}” was withdrawn (${message.reason})`, "withdrawn");
+  const reason = String(message.reason ?? "");
+  const why = WITHDRAWN_BECAUSE[reason];
+  const title = question.title || "(untitled tool call)";
+  notice(`“${title}” was withdrawn (${reason})${why ? `: ${why}` : ""}; the agent got “cancelled”`, "withdrawn");
 }
+
+// What each reason of a withdrawal means, in words.
+const WITHDRAWN_BECAUSE = {
+  peer: "the agent withdrew it",
+  turn: "its turn was cancelled",
+  timeout: "nobody answered in time",
+  teardown: "the connection to the agent closed",
+  shutdown: "the server stopped",
+  "answered elsewhere": "the host answered it",
+};
 
 function refused(message) {
   const questionId = message.questionId;
@@ -278,11 +291,13 @@ function sessionsListed(list) {
     record.listedWaiting = Number.isInteger(info.waiting) ? info.waiting : 0;
     order.push(info.sessionId);
   }
-  // The server's order first, then sessions it did not list (heard of since).
-  const rest = [...state.sessions.keys()].filter((id) => !order.includes(id));
+  // The listing is the truth (the server answers in order: a session created since
+  // comes as an event after it): a session it does not list is gone, e.g. the
+  // server was restarted.
   const sessions = new Map();
-  for (const id of [...order, ...rest]) sessions.set(id, state.sessions.get(id));
+  for (const id of order) sessions.set(id, state.sessions.get(id));
   state.sessions = sessions;
+  if (state.current !== null && !sessions.has(state.current)) state.current = null;
   // After a reload, the session this tab showed; else, at first, the first one.
   if (state.current === null && state.restore && state.sessions.has(state.restore)) {
     selectSession(state.restore);
