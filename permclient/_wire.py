@@ -633,7 +633,7 @@ def partly_known_request(params: msgspec.Raw | bytes, error: Exception) -> Permi
         loose = _partly_known_decoder.decode(params)
         call = ToolCallUpdate(loose.tool_call.tool_call_id, title=loose.tool_call.title)
         return PermissionRequest(loose.session_id, call, loose.options)
-    except (msgspec.ValidationError, msgspec.DecodeError, ValueError):
+    except (msgspec.ValidationError, msgspec.DecodeError, ValueError, RecursionError):
         return None
 
 

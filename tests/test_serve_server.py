@@ -290,20 +290,24 @@ async def _upgrade_with_a_message_behind(authority: str, token: str) -> bytes:
         with trio.move_on_after(1):  # (what arrives by then: the test says what it needs)
             while chunk := await stream.receive_some():
                 received += chunk
-                if b'"replayed"' in received or received.startswith(b"HTTP/1.1 403"):
+                if _CLOSE_1008 in received or received.startswith(b"HTTP/1.1 403"):
                     break
     return received
 
 
-async def test_a_message_right_behind_the_upgrade_is_held_until_accepted_or_dropped() -> None:
-    """A client may send before the 101 comes: refused, it is dropped; accepted, it is
-    read. Either way the server goes on (it once ended the whole server)."""
+_CLOSE_1008 = b"\x88\x02\x03\xf0"  # a server's close frame, code 1008 (policy violation)
+
+
+async def test_a_message_right_behind_the_upgrade_closes_that_view_not_the_server() -> None:
+    """A client must wait for the 101 before it sends: one that does not is refused
+    (403) or, with the token, closed (1008), and nothing it sent is read. The server
+    goes on (such bytes once ended the whole server)."""
     async with serving(Relay()) as authority:
         refused = await _upgrade_with_a_message_behind(authority, "nope")
         assert refused.startswith(b"HTTP/1.1 403")
         accepted = await _upgrade_with_a_message_behind(authority, TOKEN)
-        assert accepted.startswith(b"HTTP/1.1 101")
-        assert b'"type":"opened"' in accepted and b'"type":"replayed"' in accepted
+        assert accepted.startswith(b"HTTP/1.1 101") and _CLOSE_1008 in accepted
+        assert b'"type":"opened"' not in accepted
         async with view(authority) as ws:
             assert await opened(ws, "after") == []
 
@@ -452,3 +456,18 @@ async def test_an_upgrade_to_http_2_is_not_made() -> None:
                 while b"\r\n\r\n" not in head:
                     head += await stream.receive_some()
         assert head.startswith(b"HTTP/1.1 404")  # (not 101 Switching Protocols)
+
+
+async def test_a_session_with_no_id_is_an_error_for_the_view_not_the_end_of_the_host() -> None:
+    from simhost.serve.protocol import Error
+
+    async with hosting("acp") as (host, peer, listener):
+
+        async def created() -> None:
+            await host.new_session()
+
+        host.start_request(listener, created)
+        await _reply(peer, await _request_of(peer, "session/new"), {"sessionId": ""})
+        told = await listener.receive()
+        assert isinstance(told, Error) and "with no id" in told.reason
+        assert list(host.sessions) == ["s1"] and host.prompt("s1", "still here") is None

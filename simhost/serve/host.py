@@ -25,6 +25,7 @@ from permclient import (
     ConnectionClosed,
     InboundNotification,
     PermclientError,
+    RemoteProtocolError,
     RequestError,
 )
 from permclient.relay import Relay
@@ -189,6 +190,8 @@ class ServeHost:
     async def new_session(self) -> str:
         """Open a session on the agent; every view is told (``created``)."""
         session_id, title = await self.backend.new_session(None)
+        if not session_id:
+            raise RemoteProtocolError(f"the {self.backend.role} opened a session with no id")
         if session_id not in self.sessions:
             self.sessions[session_id] = ServedSession(session_id, title)
             self._registrations.enter_context(
@@ -292,13 +295,12 @@ class ServeHost:
                 with trio.fail_after(AGENT_WAIT_S):
                     session.preset = await self.backend.set_permission(session.session_id, held)
             except (Unsupported, PermclientError, trio.TooSlowError) as exc:
-                session.preset = None  # not known now: the next listing asks the agent
-                failed.append(exc)
-            else:
-                session.applying = None
-                self._broadcast(self._presets_of(session))
+                failed.append(exc)  # (the turn says why)
+                if session.held_preset is None:  # held again: the next turn tries again
+                    session.held_preset = held
             finally:
                 session.applying = None
+                self._broadcast(self._presets_of(session))
                 applied.set()
 
         self._nursery.start_soon(apply)

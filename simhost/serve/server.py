@@ -30,7 +30,7 @@ import trio
 from hypercorn import protocol as hypercorn_protocol
 from hypercorn.config import Config, Sockets
 from hypercorn.protocol import h2, h11, ws_stream
-from hypercorn.protocol.events import Body, Data
+from hypercorn.protocol.events import Body, Data, StreamClosed
 from hypercorn.trio import run as hypercorn_run
 from hypercorn.trio import serve, tcp_server
 from starlette.applications import Starlette
@@ -39,6 +39,8 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.types import Message, Receive, Scope, Send
 from starlette.websockets import WebSocket
+from wsproto.connection import ConnectionState
+from wsproto.events import CloseConnection
 
 from permclient.relay import AnswerRefused, Relay, Subscription
 
@@ -77,14 +79,13 @@ log = logging.getLogger(__name__)
 OPEN_WAIT_S: Final = 10  # a view that does not open within this is let go
 SEND_WAIT_S: Final = 10  # a view that takes nothing for this long is let go
 POLICY_VIOLATION: Final = 1008  # WebSocket close codes
+MESSAGE_TOO_BIG: Final = 1009
 TRY_AGAIN_LATER: Final = 1013
 MAX_VIEWS: Final = 64  # views connected at once
 # A connection whose peer acknowledges nothing for this long is dropped by the
 # kernel (Linux): hypercorn's writes cannot be cancelled, so a view that stops
 # reading would otherwise hold its task, and shutdown, for ever.
 TCP_USER_TIMEOUT_MS: Final = SEND_WAIT_S * 1000
-# What a WebSocket client may send before it is accepted (its first message).
-EARLY_BYTES: Final = MAX_MESSAGE + 1024
 
 
 class Gate:
@@ -372,28 +373,50 @@ class _CappedBuffer(ws_stream.WebsocketBuffer):
             raise
 
 
-class _PatientStream(ws_stream.WSStream):
-    """A WebSocket stream that holds what a client sends before the app accepts it
-    (a client may send its first message right behind its upgrade request). hypercorn
-    answers such bytes with a 400 that its HTTP state machine cannot send: the error
-    ended the whole server. Held up to a message's worth, given to the connection
-    once accepted, dropped if it is refused."""
+class _PlainStream(ws_stream.WSStream):
+    """A WebSocket stream that drops what a client sends once it broke a rule, but
+    for its close:
 
-    _early: bytearray | None = None
+    * it sent data before the upgrade's answer (hypercorn answered such bytes with a
+      400 its HTTP state machine could not send: the error ended the whole server).
+      The bytes are dropped; once the app accepts, the view is closed (1008);
+    * it sent a message over the size limit (hypercorn closes with 1009 but reads one
+      frame at a time from then on, and wsproto keeps every byte that waits).
+
+    The app is told the view is gone (``websocket.disconnect``)."""
+
+    _premature = False
+    _dropping = False
 
     async def handle(self, event: Any) -> None:
         if isinstance(event, Body | Data) and not self.closed and not self.handshake.accepted:
-            early = self._early = self._early or bytearray()
-            if len(early) + len(event.data) <= EARLY_BYTES:
-                early += event.data
+            self._premature = True  # (dropped: there is no WebSocket to read them yet)
             return
         await super().handle(event)
 
     async def app_send(self, message: Any) -> None:
         await super().app_send(message)
-        if self._early and self.handshake.accepted and not self.closed:
-            early, self._early = bytes(self._early), None
-            await super().handle(Data(stream_id=self.stream_id, data=early))
+        if self._premature and self.handshake.accepted and not self._dropping:
+            await self._send_wsproto_event(CloseConnection(code=POLICY_VIOLATION))
+            await self._drop_from_now(POLICY_VIOLATION)
+
+    async def _handle_events(self) -> None:
+        if not self._dropping:
+            await super()._handle_events()
+            if self.buffer.length <= self.buffer.max_length or self.closed:
+                return
+            await self._drop_from_now(MESSAGE_TOO_BIG)
+        for event in self.connection.events():  # (all of them: none waits in wsproto)
+            if isinstance(event, CloseConnection):
+                if self.connection.state == ConnectionState.REMOTE_CLOSING:
+                    await self._send_wsproto_event(event.response())
+                await self.send(StreamClosed(stream_id=self.stream_id))
+                return
+
+    async def _drop_from_now(self, code: int) -> None:
+        self._dropping = True
+        if self.app_put is not None:
+            await self.app_put({"type": "websocket.disconnect", "code": code})
 
 
 class _Http11Only(h11.H11Protocol):
@@ -432,8 +455,8 @@ def _harden() -> None:
         raise ImportError("simhost serve: this version of hypercorn is not supported")
     ws_stream.Handshake = _PlainHandshake  # type: ignore[misc]
     ws_stream.WebsocketBuffer = _CappedBuffer  # type: ignore[misc]
-    setattr(h11, "WSStream", _PatientStream)  # noqa: B010 - (not exported: no attribute to mypy)
-    setattr(h2, "WSStream", _PatientStream)  # noqa: B010
+    setattr(h11, "WSStream", _PlainStream)  # noqa: B010 - (not exported: no attribute to mypy)
+    setattr(h2, "WSStream", _PlainStream)  # noqa: B010
     setattr(hypercorn_run, "TCPServer", _ContainedServer)  # noqa: B010
     setattr(hypercorn_protocol, "H11Protocol", _Http11Only)  # noqa: B010
 
