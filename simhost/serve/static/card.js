@@ -15,20 +15,28 @@ export const GUARD_MS = 500;
 // key that follows another within GUARD_MS is typing, never an answer.
 let keyBefore = -Infinity;
 let keyAt = -Infinity;
+let keyRepeats = false; // the latest key is a held key's repeat
 document.addEventListener(
   "keydown",
   (event) => {
+    keyRepeats = event.repeat;
     if (event.repeat) return;
     keyBefore = keyAt;
     keyAt = performance.now();
   },
   { capture: true },
 );
+
+/** Whether the key just pressed may answer: not a repeat, not right behind another. */
+function keyMayAnswer() {
+  return !keyRepeats && performance.now() - keyBefore >= GUARD_MS;
+}
 /** Options a number key chooses (1 to 9). */
 export const KEYED_OPTIONS = 9;
 /** Diff rows shown per file at most (the rest are counted). */
 const MAX_DIFF_ROWS = 5000;
 const DRAWN_DIFF_CHARS = 200_000; // of all the request's diffs, drawn at once
+const JSON_SHOWN = 200_000; // characters of a JSON block (then "… N more characters")
 
 const UNKNOWN_TEXT = "the agent asks to run a tool this page cannot show in full";
 
@@ -250,7 +258,7 @@ function commandBlock(command) {
 }
 
 function jsonBlock(value, extra) {
-  return el("pre", { class: ["json", extra] }, visible(prettyJson(value), true));
+  return el("pre", { class: ["json", extra] }, visible(prettyJson(value), true, JSON_SHOWN));
 }
 
 /**
@@ -314,7 +322,7 @@ export class CardView {
     }
     if (analysis.unknown) {
       card.append(
-        el("p", { class: "card-unknown" }, `“${title}”: ${UNKNOWN_TEXT}. Its raw request follows.`),
+        el("p", { class: "card-unknown" }, "“", visible(title, false, SHORT), `”: ${UNKNOWN_TEXT}. Its raw request follows.`),
         section("Raw request", jsonBlock(question.request, "raw-request")),
       );
     }
@@ -358,14 +366,14 @@ export class CardView {
         // What it is, in words (a colour alone can say "allow" of a button named "Deny").
         kind ? el("span", { class: "opt-kind", "aria-hidden": "true" }, visible(kind.replace("_", " "), false, 40)) : null,
       );
-      button.addEventListener("click", () => this.answer({ outcome: "selected", optionId: option.optionId }));
+      this.listen(button, { outcome: "selected", optionId: option.optionId });
       group.append(button);
       this.buttons.push(button);
     });
     const deny = options.some((option) => typeof option.kind === "string" && option.kind.startsWith("reject"));
     if (!deny) {
       const cancel = el("button", { type: "button", class: ["option", "option-cancel"] }, "Answer cancelled");
-      cancel.addEventListener("click", () => this.answer({ outcome: "cancelled" }));
+      this.listen(cancel, { outcome: "cancelled" });
       group.append(cancel);
       this.buttons.push(cancel);
     }
@@ -385,6 +393,19 @@ export class CardView {
       }
     });
     this.element = card;
+  }
+
+  /** A click on `button` answers `decision`. A click made by a key (Space, Enter:
+   * `detail` 0) obeys the keys' rules; a press while the card arms takes no focus,
+   * so that typing after it cannot click the button. */
+  listen(button, decision) {
+    button.addEventListener("click", (event) => {
+      if (event.detail === 0 && !keyMayAnswer()) return;
+      this.answer(decision);
+    });
+    button.addEventListener("mousedown", (event) => {
+      if (!this.armed) event.preventDefault();
+    });
   }
 
   /** The card is on the page now: the guard starts (again). */
@@ -422,7 +443,7 @@ export class CardView {
     } else {
       return false;
     }
-    if (!event.repeat && performance.now() - keyBefore >= GUARD_MS) this.answer(decision);
+    if (keyMayAnswer()) this.answer(decision);
     return true;
   }
 

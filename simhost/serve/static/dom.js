@@ -56,8 +56,6 @@ export function clear(node) {
 const HIDDEN_SOURCE =
   "(?![\\n\\t ])[\\p{C}\\p{Zl}\\p{Zp}\\p{Zs}\\u034f\\u115f\\u1160\\u17b4\\u17b5\\u180b-\\u180d\\u180f\\u2800\\u3164\\ufe00-\\ufe0f\\uffa0\\u{e0100}-\\u{e01ef}]";
 const HIDDEN = new RegExp(HIDDEN_SOURCE, "u");
-const HIDDEN_ALL = new RegExp(HIDDEN_SOURCE, "gu");
-const HIDDEN_ONE_LINE = new RegExp("[\\n\\t]|" + HIDDEN_SOURCE, "gu");
 // How many characters of an agent's one-line string (a title, a name, a path) are
 // shown: a long one must not push the rest of the card out of sight.
 export const SHORT = 200;
@@ -83,20 +81,27 @@ function escapeOf(char) {
 /** The pieces of `text`: [plain, escape, plain, …] (escapes at odd indexes), at most
  * `limit` characters of it, and how many were left out. */
 function pieces(text, multiline, limit) {
-  const all = [...String(text ?? "")];
-  const shown = all.length > limit ? all.slice(0, limit).join("") : all.join("");
-  const pattern = multiline ? HIDDEN_ALL : HIDDEN_ONE_LINE;
-  pattern.lastIndex = 0;
-  const out = [];
-  let last = 0;
-  let match;
-  while ((match = pattern.exec(shown)) !== null) {
-    if (multiline && match[0] === "\r" && shown[match.index + 1] === "\n") continue;
-    out.push(shown.slice(last, match.index), escapeOf(match[0]));
-    last = match.index + match[0].length;
+  const source = String(text ?? "");
+  const parts = [""]; // plain text at even indexes, escapes at odd ones
+  let room = limit; // characters left to show: an escape counts what it prints
+  let index = 0; // UTF-16 index of the next character
+  for (const char of source) {
+    if (room <= 0) break;
+    const crlf = multiline && char === "\r" && source[index + 1] === "\n";
+    const hidden = !crlf && (HIDDEN.test(char) || (!multiline && (char === "\n" || char === "\t")));
+    if (hidden) {
+      const escape = escapeOf(char);
+      parts.push(escape, "");
+      room -= escape.length;
+    } else {
+      parts[parts.length - 1] += char;
+      room -= 1;
+    }
+    index += char.length;
   }
-  out.push(shown.slice(last));
-  return { parts: out, more: Math.max(0, all.length - limit) };
+  let more = 0;
+  for (const _ of source.slice(index)) more += 1;
+  return { parts, more };
 }
 
 function moreText(more) {
@@ -134,11 +139,18 @@ export function splitLines(text) {
   return lines;
 }
 
-/** JSON, indented, or a placeholder for what JSON cannot show. */
+// Indented JSON grows with the square of its depth: past this length, compact.
+const PRETTY_LIMIT = 200_000;
+
+/** JSON, indented (compact when indenting would make it too long), or a
+ * placeholder for what JSON cannot show. */
 export function prettyJson(value) {
   try {
+    const compact = JSON.stringify(value);
+    if (compact === undefined) return String(value);
+    if (compact.length > PRETTY_LIMIT / 4) return compact;
     const text = JSON.stringify(value, null, 2);
-    return text === undefined ? String(value) : text;
+    return text.length > PRETTY_LIMIT ? compact : text;
   } catch {
     return String(value);
   }
