@@ -31,6 +31,7 @@ from permclient.relay import RelayQuestion
 __all__ = ["card_request"]
 
 _TOOL_KINDS: Final[dict[str, ToolKind]] = {kind: kind for kind in get_args(ToolKind)}
+SHOWN_CHARS: Final = 64 * 1024  # of a request shown as it arrived
 _OPTION_KINDS: Final[dict[str, PermissionOptionKind]] = {
     kind: kind for kind in get_args(PermissionOptionKind)
 }
@@ -71,10 +72,7 @@ def _summary(question: RelayQuestion) -> PermissionRequest | None:
         if kind is None:
             return None
         options.append(PermissionOption(option.option_id, option.name, kind))
-    try:
-        as_it_arrived = msgspec.json.format(question.request, indent=2).decode()
-    except (msgspec.DecodeError, RecursionError):  # (nested too deep to indent)
-        as_it_arrived = bytes(question.request).decode()
+    as_it_arrived = _as_it_arrived(bytes(question.request))
     call = ToolCallUpdate(
         tool_call_id=question.tool_call_id,
         title=question.title,
@@ -86,3 +84,19 @@ def _summary(question: RelayQuestion) -> PermissionRequest | None:
         return PermissionRequest(question.session_id, call, tuple(options))
     except ValueError:
         return None
+
+
+def _as_it_arrived(request: bytes) -> str:
+    """The request as text: indented if that keeps it short (indenting grows with the
+    square of the depth), else compact; cut at SHOWN_CHARS."""
+    text = request.decode()
+    if len(request) <= SHOWN_CHARS // 4:
+        try:
+            indented = msgspec.json.format(request, indent=2).decode()
+        except (msgspec.DecodeError, RecursionError):  # (nested too deep to indent)
+            indented = text
+        if len(indented) <= SHOWN_CHARS:
+            text = indented
+    if len(text) > SHOWN_CHARS:
+        text = f"{text[:SHOWN_CHARS]}\n… {len(text) - SHOWN_CHARS:,} more characters"
+    return text
