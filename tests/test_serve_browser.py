@@ -197,6 +197,11 @@ def test_a_number_key_answers_an_armed_card_but_not_one_just_shown(
         page.keyboard.up("1")
         page.keyboard.press("a")
         page.keyboard.press("1")  # right behind another key: typing, not an answer
+        reached = []  # Tab reaches the options
+        for _ in range(4):
+            page.keyboard.press("Tab")
+            reached.append(page.evaluate("document.activeElement.dataset.optionId"))
+        assert "allow" in reached
         allow = card.get_by_role("button", name="Allow", exact=True)
         allow.focus()
         page.keyboard.press(" ")  # a click by a key obeys the keys' rules: typing too
