@@ -180,7 +180,7 @@ async def test_session_requests_that_cannot_be_done_get_an_error(tmp_path: Path)
         assert error["reason"].startswith("the session already has a turn running")
         await send(ws, {"type": "new_session"})
         created = await until(ws, {"type": "session_event", "event": "created"})
-        assert created["sessionId"] != session_id
+        assert created["sessionId"] != session_id and created["view"] == "tab"
         await send(ws, {"type": "list_sessions"})
         listing = (await until(ws, {"type": "sessions"}))["sessions"]
         assert [(s["sessionId"], s["waiting"], s["running"]) for s in listing] == [

@@ -187,8 +187,9 @@ class ServeHost:
 
     # --------------------------------------------------------------- sessions
 
-    async def new_session(self) -> str:
-        """Open a session on the agent; every view is told (``created``)."""
+    async def new_session(self, view: str = "") -> str:
+        """Open a session on the agent; every view is told (``created``, naming the
+        ``view`` that asked for it)."""
         session_id, title = await self.backend.new_session(None)
         if not session_id:
             raise RemoteProtocolError(f"the {self.backend.role} opened a session with no id")
@@ -202,7 +203,8 @@ class ServeHost:
                     session_id, functools.partial(self._on_notification, session_id)
                 )
             )
-        self._broadcast(SessionEvent(session_id, "created", self.sessions[session_id].title))
+        title = self.sessions[session_id].title
+        self._broadcast(SessionEvent(session_id, "created", title, view))
         return session_id
 
     def _on_notification(self, session_id: str, notification: InboundNotification) -> None:

@@ -146,12 +146,14 @@ class Sessions(_ServerMessage, tag="sessions"):
 
 
 class SessionEvent(_ServerMessage, tag="session_event"):
-    """Something happened in a session: ``created``, ``turn_started``,
-    ``turn_ended`` (``text``: the stop reason) or ``message`` (``text``: agent text)."""
+    """Something happened in a session: ``created`` (``text``: its title; ``view``:
+    the view that asked for it, if one did), ``turn_started``, ``turn_ended``
+    (``text``: the stop reason) or ``message`` (``text``: agent text)."""
 
     session_id: str
     event: Literal["created", "turn_started", "turn_ended", "message"]
     text: str = ""
+    view: str = ""
 
 
 class Presets(_ServerMessage, tag="presets"):

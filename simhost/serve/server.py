@@ -320,12 +320,14 @@ class ViewSocket:
         elif self.host is None or listener is None:
             await self.send(Error(f"not served here: {type(message).__name__}"))
         else:
-            reply = self._for_host(self.host, message, listener)
+            reply = self._for_host(self.host, message, listener, view)
             if reply is not None:
                 await self.send(reply)
 
     @staticmethod
-    def _for_host(host: ServeHost, message: object, listener: Listener) -> ServerMessage | None:
+    def _for_host(
+        host: ServeHost, message: object, listener: Listener, view: str
+    ) -> ServerMessage | None:
         """Hand a session request to the host: an immediate reply, if any (a request
         that waits for the agent replies later, through ``listener``)."""
         if isinstance(message, ListSessions):
@@ -335,7 +337,7 @@ class ViewSocket:
         if isinstance(message, CancelTurn):
             return host.cancel_turn(message.session_id)
         if isinstance(message, NewSession):
-            host.start_request(listener, functools.partial(_created, host))
+            host.start_request(listener, functools.partial(_created, host, view))
         elif isinstance(message, ListPresets):
             host.start_request(listener, functools.partial(host.presets, message.session_id))
         elif isinstance(message, SetPreset):
@@ -344,8 +346,8 @@ class ViewSocket:
         return None
 
 
-async def _created(host: ServeHost) -> None:
-    await host.new_session()  # (every view is told: ``created``)
+async def _created(host: ServeHost, view: str) -> None:
+    await host.new_session(view)  # (every view is told: ``created``, by ``view``)
 
 
 class _PlainHandshake(ws_stream.Handshake):

@@ -76,9 +76,7 @@ const state = {
   inFlight: new Set(), // questionIds answered by this view, not yet resolved
   cardErrors: new Map(), // questionId -> why its last answer did not land
   answeredHere: new Set(), // questionIds this page answered
-  newSessionsAsked: 0, // `new_session`s sent whose `created` has not come
   presetWait: null, // {sessionId, kind} of a list_presets / set_preset awaiting `presets`
-  lastSent: null, // the type of the last message sent
   restore: stored(CURRENT_KEY), // the session to show again after a reload
 };
 let card = null; // the CardView shown, if any
@@ -154,9 +152,7 @@ const connection = new Connection(socketUrl(window.location), {
 });
 
 function send(message) {
-  if (!connection.send(message)) return false;
-  state.lastSent = message.type;
-  return true;
+  return connection.send(message);
 }
 
 function receive(message) {
@@ -314,10 +310,7 @@ function sessionEvent(message) {
     case "created":
       if (text) record.title = text;
       addEntry(record, { kind: "notice", text: "Session created." });
-      if (state.newSessionsAsked > 0) {
-        state.newSessionsAsked -= 1;
-        selectSession(record.id);
-      }
+      if (message.view === state.view) selectSession(record.id); // (this view asked for it)
       break;
     case "turn_started":
       record.running = true;
@@ -362,7 +355,6 @@ function errorCame(reason) {
     return;
   }
   notice(`Error: ${reason}`, "error");
-  if (state.lastSent === "new_session" && state.newSessionsAsked > 0) state.newSessionsAsked -= 1;
 }
 
 function askPresets(sessionId) {
@@ -614,7 +606,7 @@ els.prompt.addEventListener("keydown", (event) => {
 });
 
 els.newSession.addEventListener("click", () => {
-  if (send({ type: "new_session" })) state.newSessionsAsked += 1;
+  send({ type: "new_session" });
 });
 
 els.cancelTurn.addEventListener("click", () => {
