@@ -329,3 +329,16 @@ def test_after_a_restart_the_page_shows_the_new_server_sessions_only(
         tab.prompt("run echo after")
         expect(tab.armed_card()).to_contain_text("echo after")
         tab.errors = [e for e in tab.errors if "ERR_CONNECTION_REFUSED" not in e]
+
+
+def test_a_new_session_opens_in_the_tab_that_asked_for_it_only(
+    browser: Browser, tabs: list[Tab], tmp_path: Path
+) -> None:
+    with served_sync(tmp_path) as (url, _):
+        a = open_tab(browser, tabs, url)
+        b = open_tab(browser, tabs, url)
+        b.page.get_by_role("button", name="New session").click()
+        for tab, shown in ((a, 0), (b, 1)):
+            listed = tab.page.get_by_role("navigation", name="Sessions").get_by_role("listitem")
+            expect(listed).to_have_count(2)
+            expect(listed.nth(shown).locator("[aria-current=true]")).to_have_count(1)
