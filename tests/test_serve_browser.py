@@ -342,3 +342,22 @@ def test_a_new_session_opens_in_the_tab_that_asked_for_it_only(
             listed = tab.page.get_by_role("navigation", name="Sessions").get_by_role("listitem")
             expect(listed).to_have_count(2)
             expect(listed.nth(shown).locator("[aria-current=true]")).to_have_count(1)
+
+
+def test_a_digit_meant_for_a_card_another_tab_answered_does_not_land_in_the_prompt(
+    browser: Browser, tabs: list[Tab], tmp_path: Path
+) -> None:
+    with served_sync(tmp_path) as (url, _):
+        a = open_tab(browser, tabs, url, clock=True)
+        b = open_tab(browser, tabs, url)
+        a.page.clock.pause_at(a.page.evaluate("Date.now()") + 1000)
+        a.prompt("run echo race")
+        b.armed_card().get_by_role("button", name="Deny", exact=True).click()
+        expect(a.card()).to_have_count(0)  # (answered in B: A's prompt box has the focus)
+        prompt = a.page.get_by_role("textbox", name="Prompt")
+        expect(prompt).to_be_focused()
+        a.page.keyboard.press("1")  # meant for the card that just left
+        expect(prompt).to_have_value("")
+        a.page.clock.run_for(600)
+        a.page.keyboard.press("1")
+        expect(prompt).to_have_value("1")

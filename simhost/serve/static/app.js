@@ -6,7 +6,7 @@
 // list is exactly the replay.
 
 import { clear, el, escapedText, SHORT, visible } from "./dom.js";
-import { CardView, sessionLabel } from "./card.js";
+import { CardView, GUARD_MS, sessionLabel } from "./card.js";
 import { Connection, socketUrl } from "./connection.js";
 
 const PROTOCOL_VERSION = 1;
@@ -15,6 +15,9 @@ const MAX_ENTRIES = 2000; // transcript entries kept per session
 const MAX_PROMPT_CHARS = 32 * 1024;
 const MAX_MESSAGE_BYTES = 4 * MAX_PROMPT_CHARS + 4096; // the server's limit, in bytes of UTF-8
 const VIEW_KEY = "simhost.view";
+// When a card's leaving gave the prompt box the focus: keys meant for that card (a
+// digit, Esc, Enter pressed as another view answered) do not land in it for GUARD_MS.
+let promptBackAt = -Infinity;
 const CURRENT_KEY = "simhost.current";
 
 const $ = (id) => document.getElementById(id);
@@ -551,6 +554,7 @@ function renderCard() {
   } else if (!card && focusWasInCard && !els.prompt.disabled) {
     els.composer.hidden = false;
     els.prompt.focus({ preventScroll: true });
+    promptBackAt = performance.now();
   }
   if (card) {
     card.setPosition([1, pending.length]);
@@ -599,6 +603,10 @@ function sendPrompt() {
 
 els.send.addEventListener("click", sendPrompt);
 els.prompt.addEventListener("keydown", (event) => {
+  if (performance.now() - promptBackAt < GUARD_MS && /^([0-9]|Escape|Enter)$/.test(event.key)) {
+    event.preventDefault();
+    return;
+  }
   if (event.key === "Enter" && !event.shiftKey && !event.isComposing && !event.altKey && !event.metaKey && !event.ctrlKey) {
     event.preventDefault();
     sendPrompt();
