@@ -32,6 +32,7 @@ from ._errors import ConnectionClosed, LocalProtocolError, RemoteProtocolError, 
 from ._handlers import (
     AsyncHandler,
     Deferred,
+    PartlyKnownQuestion,
     PermissionHandler,
     Question,
     Rule,
@@ -1328,9 +1329,9 @@ class Connection:
         request.options = offered if shared is None else shared.options
         request.session_id = session_id
         own_raw_json(request.tool_call)
-        question = Question(self, request_id, request, started, registration, shared, size)
+        kind = Question if understood else PartlyKnownQuestion
+        question = kind(self, request_id, request, started, registration, shared, size)
         question.raw_params = raw_params
-        question.understood = understood
         self._pending_bytes += size
         self._questions[request_id] = question
         registration.pending[question] = None

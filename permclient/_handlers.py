@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Final, Generic, Literal, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, ClassVar, Final, Generic, Literal, TypeAlias, TypeVar
 
 import msgspec
 
@@ -125,9 +125,15 @@ class Question:
         "raw_params",
         "request",
         "started",
-        "understood",
         "withdrawn_by",
     )
+
+    understood: ClassVar[bool] = True
+    """``False`` for a request this version types only in part (its tool call has a
+    kind, status or content type it does not know): :attr:`request` then holds the
+    session, the tool call's id and title, and the options; show the person
+    :attr:`raw_params`. Only a ``raw_params=True`` handler gets one. (A class
+    attribute: a question costs nothing more for it.)"""
 
     def __init__(
         self,
@@ -155,11 +161,6 @@ class Question:
         self.raw_params: msgspec.Raw | None = None
         """The request's params as they arrived (JSON), for a handler declared with
         ``deferred(fn, raw_params=True)``; ``None`` for any other."""
-        self.understood = True
-        """``False`` for a request this version types only in part (its tool call
-        has a kind, status or content type it does not know): :attr:`request` then
-        holds the session, the tool call's id and title, and the options; show the
-        person :attr:`raw_params`. Only a ``raw_params=True`` handler gets one."""
         self._on_withdraw: list[Callable[[WithdrawnBy], object]] | None = None
         # The driver's hook, called however the question is settled (it cancels an
         # async handler's scope: its answer is no longer wanted).
@@ -238,6 +239,14 @@ class Question:
             return []
         self.withdrawn_by = withdrawn_by
         return callbacks or []
+
+
+class PartlyKnownQuestion(Question):
+    """A :class:`Question` whose request this version types only in part (see
+    :attr:`Question.understood`); only the client makes one."""
+
+    __slots__ = ()
+    understood: ClassVar[bool] = False
 
 
 def checked_decision(answer: object, offered: tuple[PermissionOption, ...]) -> Decision:
