@@ -18,7 +18,7 @@ from rich.text import Text
 from simhost._usage import one_line, plain_console
 from simhost.chat.app import DEFAULT_ARM_DELAY_S
 from simhost.chat.screen import LiveScreen, PlainScreen, Screen
-from simhost.chat.terminal import InputEvent, forward_signals, raw_keyboard, read_keys, read_lines
+from simhost.chat.terminal import InputEvent, forward_signals, raw_keyboard, start_reading
 
 from .app import Approver
 from .link import keep_connected
@@ -63,10 +63,7 @@ async def run_approve(
             screen.start()
             nursery.start_soon(screen.run)  # batched redraws, resizes
             try:
-                if keyboard:
-                    nursery.start_soon(read_keys, stdin_fd, send)
-                else:
-                    nursery.start_soon(read_lines, stdin_fd, send, approver.wait_ready)
+                start_reading(nursery, stdin_fd, send, approver.wait_ready, keys=keyboard)
                 nursery.start_soon(connect)
                 code = await approver.run(receive)
             finally:

@@ -30,7 +30,7 @@ from simhost._usage import USAGE, one_line, plain_console
 from .app import DEFAULT_ARM_DELAY_S, DEFAULT_START_TIMEOUT_S, ChatApp, ChatOptions
 from .backends import AcpBackend
 from .screen import LiveScreen, PlainScreen, Screen
-from .terminal import InputEvent, forward_signals, raw_keyboard, read_keys, read_lines
+from .terminal import InputEvent, forward_signals, raw_keyboard, start_reading
 from .text import visible
 
 __all__ = ["ChatConfig", "RuntimeLog", "run_chat"]
@@ -199,10 +199,7 @@ async def run_chat(
                         screen.start()
                         nursery.start_soon(screen.run)  # batched redraws, resizes
                         try:
-                            if keyboard:
-                                nursery.start_soon(read_keys, stdin_fd, send)
-                            else:
-                                nursery.start_soon(read_lines, stdin_fd, send, app.wait_ready)
+                            start_reading(nursery, stdin_fd, send, app.wait_ready, keys=keyboard)
                             code = await app.run(receive)
                         finally:
                             screen.stop()

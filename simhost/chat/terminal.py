@@ -31,6 +31,7 @@ __all__ = [
     "raw_keyboard",
     "read_keys",
     "read_lines",
+    "start_reading",
 ]
 
 ESC_TIMEOUT_S: Final = 0.05
@@ -150,6 +151,22 @@ async def read_keys(
         read_at = trio.current_time()
         for key in decoder.feed(data):
             await send.send(replace(key, at=read_at))
+
+
+def start_reading(
+    nursery: trio.Nursery,
+    fd: int,
+    send: trio.MemorySendChannel[InputEvent],
+    wait_ready: Callable[[], Awaitable[None]],
+    *,
+    keys: bool,
+) -> None:
+    """Read ``fd`` in ``nursery``: its keys (a terminal in raw mode, see
+    :func:`read_keys`) or its lines, each sent once ``wait_ready`` returns."""
+    if keys:
+        nursery.start_soon(read_keys, fd, send)
+    else:
+        nursery.start_soon(read_lines, fd, send, wait_ready)
 
 
 async def read_lines(
