@@ -1,0 +1,826 @@
+"""Editor-side approval rules: kept and shown by the editor, never by the agent.
+
+A rule says *allow* or *deny* for the requests it matches, and answers with an
+offered option it picks by kind (``allow_once`` / ``reject_once``; the
+``_always`` kinds only when the rule says so). Option ids are never guessed: a
+rule that finds no option of the kind it needs passes the question on.
+
+Sans-I/O: nothing here reads a clock, a file or a socket unless asked to
+(:func:`load_rules`, :func:`save_rules`). :class:`RuleEngine` is a
+:func:`permclient.rule` handler: register it above the person's handler, and
+whatever no rule decides goes to the person.
+
+What a rule matches (every condition it has must hold):
+
+* **kinds**: the tool call's kind is one of them;
+* **command**: the shell command's words (split with :mod:`shlex`, never
+  searched as a string) start with these words. An *allow* rule matches only a
+  plain command: nothing the shell would expand, redirect or chain (``; & | $``
+  backticks, globs, ``~``, ...). A *deny* rule matches these words anywhere in
+  the command, compound commands included;
+* **paths**: globs over the paths the request names (its locations and its
+  diffs' paths), relative to the workspace unless absolute. ``*`` and ``?``
+  stay within one folder, ``**`` spans folders. Allow: every path matches one
+  glob. Deny: some path does;
+* **title**: a glob over the tool call's title, the last resort for a request
+  that says nothing else.
+
+A deny rule beats an allow rule, and a request that names anything outside the
+workspace (a path, a ``..`` or absolute word of the command, a ``~``, its
+``cwd``) is never allowed by a rule.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import posixpath
+import re
+import shlex
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Final, Literal, TypeAlias, get_args
+
+import msgspec
+
+from ._handlers import Rule
+from ._toml import Key, TomlFileError, locate, read_toml
+from ._wire import Decision, Diff, PermissionRequest, Selected, ToolKind
+
+__all__ = [
+    "REASON_META_KEY",
+    "EditorRule",
+    "Effect",
+    "Lifetime",
+    "RuleAnswer",
+    "RuleEngine",
+    "RuleFileError",
+    "Scope",
+    "Subject",
+    "load_rules",
+    "reason_of",
+    "save_rules",
+    "subject_of",
+    "suggested_rules",
+    "with_reason",
+]
+
+Effect: TypeAlias = Literal["allow", "deny"]
+Scope: TypeAlias = Literal["session", "workspace", "everywhere"]
+Lifetime: TypeAlias = Literal["session", "until", "revoked"]
+"""Until the session ends, until a time (``EditorRule.until``), or until revoked."""
+
+TOOL_KINDS: Final[frozenset[str]] = frozenset(get_args(ToolKind))
+REASON_META_KEY: Final = "permclient/reason"
+"""The key of the person's reason in a denying answer's ``_meta``."""
+MAX_REASON: Final = 1000
+"""The longest reason sent (in characters); a longer one is cut."""
+
+_SHELLS: Final = frozenset({"sh", "bash", "zsh", "dash", "ksh", "fish"})
+_SHELL_SPECIAL: Final = frozenset(";&|<>()$`\\*?[]{}~#!")
+_DOUBLE_QUOTED_SPECIAL: Final = frozenset("$`\\!")
+_OPERATOR = re.compile(r"[;&|()<>`]+")
+
+
+# ---------------------------------------------------------------- the rule
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EditorRule:
+    """One rule. Raises :class:`ValueError` when built with a value it cannot mean.
+
+    ``scope``: ``"session"`` (only requests of ``session_id``), ``"workspace"``
+    (only in ``workspace``, an absolute path) or ``"everywhere"``. ``lifetime``:
+    ``"session"`` (ends when ``session_id`` ends: never saved), ``"until"`` (the
+    aware datetime ``until``) or ``"revoked"``. ``use_always``: if the offered
+    options have no ``allow_once`` (``reject_once``), answer with
+    ``allow_always`` (``reject_always``) rather than passing.
+    """
+
+    effect: Effect
+    scope: Scope
+    lifetime: Lifetime
+    session_id: str | None = None
+    workspace: str | None = None
+    until: datetime | None = None
+    kinds: tuple[str, ...] = ()
+    command: tuple[str, ...] = ()
+    paths: tuple[str, ...] = ()
+    title: str | None = None
+    use_always: bool = False
+    created: datetime | None = None
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        _one_of("effect", self.effect, ("allow", "deny"))
+        _one_of("scope", self.scope, ("session", "workspace", "everywhere"))
+        _one_of("lifetime", self.lifetime, ("session", "until", "revoked"))
+        if (self.scope == "session" or self.lifetime == "session") and not self.session_id:
+            raise ValueError("a rule for a session, or until it ends, needs its session_id")
+        if self.scope == "workspace" and not (self.workspace and self.workspace.startswith("/")):
+            raise ValueError("a workspace rule needs the workspace's absolute path")
+        if (self.lifetime == "until") != (self.until is not None):
+            raise ValueError('"until" is given exactly when the lifetime is "until"')
+        for when in (self.until, self.created):
+            if when is not None and when.utcoffset() is None:
+                raise ValueError("a rule's times need a time zone (e.g. 2026-12-31T18:00:00Z)")
+        if not (self.kinds or self.command or self.paths or self.title):
+            raise ValueError("a rule must match on something: kinds, command, paths or title")
+        for kind in self.kinds:
+            _one_of("kinds", kind, tuple(sorted(TOOL_KINDS)))
+        for text in (*self.command, *self.paths, self.title or "-", self.session_id or "-"):
+            if not text or "\x00" in text or not _encodable(text):
+                raise ValueError(f"not a usable word, glob or id: {text!r}")
+        for glob in self.paths:
+            _glob_pattern(glob)  # raises for a glob that cannot be read
+
+    def describe(self, workspace: str | None = None) -> str:
+        """What the rule does, in full: effect, what it matches, scope and lifetime."""
+        what: list[str] = []
+        if self.command:
+            what.append(f"`{shlex.join(self.command)} …`")
+        if self.kinds:
+            what.append("/".join(self.kinds))
+        if self.paths:
+            what.append("paths " + ", ".join(self.paths))
+        if self.title:
+            what.append(f"titled {self.title!r}")
+        where = {
+            "session": f"in session {self.session_id}",
+            "workspace": (
+                "in this workspace" if self.workspace == workspace else f"in {self.workspace}"
+            ),
+            "everywhere": "in every workspace",
+        }[self.scope]
+        return f"{self.effect} {' '.join(what)} {where}, {self.lasts()}"
+
+    def lasts(self) -> str:
+        """The lifetime in words."""
+        if self.lifetime == "until" and self.until is not None:
+            return f"until {self.until.isoformat(timespec='minutes')}"
+        return "until the session ends" if self.lifetime == "session" else "until revoked"
+
+
+def _one_of(name: str, value: object, allowed: Sequence[str]) -> None:
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+# ---------------------------------------------------------------- what a request touches
+
+
+@dataclass(frozen=True, slots=True)
+class Subject:
+    """What a request asks to touch, as the rules read it.
+
+    ``words``: a plain command's words (``None`` when it has none, or one the
+    shell would expand or chain); ``all_words``: every word of the command,
+    operators taken out (for deny rules); ``paths``: absolute, normalised;
+    ``outside``: it names something outside the workspace (or it cannot tell).
+    """
+
+    kind: str | None
+    title: str | None
+    words: tuple[str, ...] | None
+    all_words: tuple[str, ...]
+    paths: tuple[str, ...]
+    outside: bool
+
+
+def subject_of(
+    request: PermissionRequest, workspace: str, resolve: Callable[[str], str] | None = None
+) -> Subject:
+    """Read what ``request`` touches, relative to ``workspace`` (an absolute path).
+
+    ``resolve`` maps an absolute path to the one it really names (e.g.
+    :func:`os.path.realpath`, to follow symlinks); without it paths are compared
+    as written, normalised.
+    """
+    return _subject(request, _raw_input(request.tool_call.raw_input_json), workspace, resolve)
+
+
+def _subject(
+    request: PermissionRequest,
+    raw: Any,
+    workspace: str,
+    resolve: Callable[[str], str] | None,
+) -> Subject:
+    call = request.tool_call
+    outside = False
+    cwd = workspace
+    if isinstance(raw, dict) and "cwd" in raw:
+        given = raw["cwd"]
+        if isinstance(given, str) and given:
+            cwd = _absolute(given, workspace, resolve)
+        outside = not isinstance(given, str) or not _inside(cwd, workspace)
+    words, all_words = _command_words(raw.get("command") if isinstance(raw, dict) else None)
+    if words is not None and any(_escapes(word, cwd, workspace, resolve) for word in words):
+        outside = True
+    named = [location.path for location in call.locations or ()]
+    named += [item.path for item in call.content or () if isinstance(item, Diff)]
+    paths = tuple(dict.fromkeys(_absolute(path, cwd, resolve) for path in named))
+    outside = outside or not all(_inside(path, workspace) for path in paths)
+    return Subject(call.kind, call.title, words, all_words, paths, outside)
+
+
+def _raw_input(raw: msgspec.Raw) -> Any:
+    if not raw:
+        return None
+    try:
+        return msgspec.json.decode(raw)
+    except msgspec.DecodeError:  # (checked when the request was decoded)
+        return None
+
+
+def _command_words(
+    command: object,
+) -> tuple[tuple[str, ...] | None, tuple[str, ...]]:
+    """``(plain words or None, every word)`` of a command string or argv list."""
+    if isinstance(command, list) and command and all(isinstance(w, str) for w in command):
+        shell = len(command) == 3 and posixpath.basename(command[0]) in _SHELLS
+        if shell and command[1] in ("-c", "-lc", "-ic"):
+            return _command_words(command[2])  # a shell running one string
+        return tuple(command), tuple(command)
+    if not isinstance(command, str) or not command.strip():
+        return None, ()
+    return _shell_words(command)
+
+
+@lru_cache(maxsize=256)
+def _shell_words(command: str) -> tuple[tuple[str, ...] | None, tuple[str, ...]]:
+    return _plain_words(command), _every_word(command)
+
+
+def _plain_words(command: str) -> tuple[str, ...] | None:
+    """The words of a command the shell runs as written, else ``None``."""
+    quote = ""
+    for char in command:
+        if char < " " or char == "\x7f":
+            if char != "\t" or quote:
+                return None
+        elif quote == "'":
+            quote = "" if char == "'" else quote
+        elif quote == '"':
+            if char in _DOUBLE_QUOTED_SPECIAL:
+                return None
+            quote = "" if char == '"' else quote
+        elif char in "'\"":
+            quote = char
+        elif char in _SHELL_SPECIAL:
+            return None
+    if quote:
+        return None
+    words = tuple(shlex.split(command))
+    return words or None
+
+
+def _every_word(command: str) -> tuple[str, ...]:
+    """Every word of a shell string, operators split off (for deny rules)."""
+    spaced = _OPERATOR.sub(" ; ", command)
+    try:
+        words = shlex.split(spaced)
+    except ValueError:  # unbalanced quotes: the shell would refuse it too
+        words = spaced.split()
+    return tuple(word for word in words if word != ";")
+
+
+def _absolute(path: str, base: str, resolve: Callable[[str], str] | None) -> str:
+    joined = posixpath.normpath(posixpath.join(base, path))
+    if resolve is not None:
+        try:
+            joined = resolve(joined)
+        except (OSError, ValueError):
+            return "\x00"  # unresolvable: counted as outside
+    return joined
+
+
+def _inside(path: str, workspace: str) -> bool:
+    return "\x00" not in path and (
+        path == workspace or path.startswith(workspace.rstrip("/") + "/")
+    )
+
+
+def _escapes(word: str, cwd: str, workspace: str, resolve: Callable[[str], str] | None) -> bool:
+    """Whether a command word may name something outside the workspace."""
+    value = word.partition("=")[2] if word.startswith("-") and "=" in word else word
+    if value.startswith("~"):
+        return True
+    if value.startswith("/") or ".." in value.split("/"):
+        return not _inside(_absolute(value, cwd, resolve), workspace)
+    return False
+
+
+# ---------------------------------------------------------------- globs
+
+
+@lru_cache(maxsize=1024)
+def _glob_pattern(glob: str) -> re.Pattern[str]:
+    """``*`` and ``?`` within a folder, ``**`` across folders, ``[...]`` a class."""
+    out: list[str] = []
+    index = 0
+    while index < len(glob):
+        char = glob[index]
+        if glob.startswith("**/", index):
+            out.append("(?:[^/]*/)*")
+            index += 3
+            continue
+        if glob.startswith("**", index):
+            out.append(".*")
+            index += 2
+            continue
+        if char == "*":
+            out.append("[^/]*")
+        elif char == "?":
+            out.append("[^/]")
+        elif char == "[":
+            end = glob.find("]", index + 2)
+            if end < 0:
+                raise ValueError(f"unclosed [ in the glob {glob!r}")
+            body = glob[index + 1 : end]
+            negate = body.startswith("!")
+            body = re.escape(body[1:] if negate else body).replace("\\-", "-")
+            out.append(f"[{'^' if negate else ''}{body}]")
+            index = end + 1
+            continue
+        else:
+            out.append(re.escape(char))
+        index += 1
+    return re.compile("".join(out), re.S)
+
+
+def glob_escape(path: str) -> str:
+    """``path`` as a glob that matches only itself."""
+    return re.sub(r"([*?\[])", r"[\1]", path)
+
+
+def _glob_matches(glob: str, path: str, workspace: str) -> bool:
+    if glob.startswith("/"):
+        target = path
+    elif _inside(path, workspace) and path != workspace:
+        target = path[len(workspace.rstrip("/")) + 1 :]
+    else:
+        return False
+    return _glob_pattern(glob).fullmatch(target) is not None
+
+
+# ---------------------------------------------------------------- matching
+
+
+def _covers(rule: EditorRule, subject: Subject, workspace: str) -> bool:
+    """Whether every condition of ``rule`` holds for ``subject``."""
+    if rule.kinds and subject.kind not in rule.kinds:
+        return False
+    if rule.command:
+        size = len(rule.command)
+        if rule.effect == "allow":
+            if subject.words is None or subject.words[:size] != rule.command:
+                return False
+        else:
+            words = subject.all_words
+            if not any(words[i : i + size] == rule.command for i in range(len(words))):
+                return False
+    if rule.paths:
+        if not subject.paths:
+            return False
+        found = (
+            any(_glob_matches(glob, path, workspace) for glob in rule.paths)
+            for path in subject.paths
+        )
+        if not (all(found) if rule.effect == "allow" else any(found)):
+            return False
+    return rule.title is None or fnmatch.fnmatchcase(subject.title or "", rule.title)
+
+
+@dataclass(frozen=True, slots=True)
+class RuleAnswer:
+    """A question a rule answered: which rule (and its number, from 1), the
+    request, and the decision sent."""
+
+    rule: EditorRule
+    number: int
+    request: PermissionRequest
+    decision: Selected
+
+
+@dataclass(slots=True)
+class _Entry:
+    rule: EditorRule
+    number: int
+    hits: int = 0
+
+
+_NO_ENTRIES: Final[tuple[_Entry, ...]] = ()
+
+
+class RuleEngine(Rule):
+    """Editor rules as one :func:`permclient.rule` handler.
+
+    ``workspace`` is the absolute path of the workspace the requests act in.
+    ``clock`` gives the aware time now (for rules with an ``until``; default the
+    system's UTC clock). ``resolve`` maps a path to the one it really names
+    (:func:`os.path.realpath` follows symlinks; default: compared as written).
+    ``on_answer`` is called with a :class:`RuleAnswer` for every question a rule
+    answers, in the reader: it must not block (print a receipt, queue an audit
+    line).
+
+    Requests no rule decides pass to the next registration down (the person).
+    """
+
+    __slots__ = (
+        "_by_kind",
+        "_by_word",
+        "_clock",
+        "_entries",
+        "_general",
+        "_resolve",
+        "on_answer",
+        "workspace",
+    )
+
+    def __init__(
+        self,
+        rules: Iterable[EditorRule] = (),
+        *,
+        workspace: str | os.PathLike[str],
+        clock: Callable[[], datetime] | None = None,
+        resolve: Callable[[str], str] | None = None,
+        on_answer: Callable[[RuleAnswer], None] | None = None,
+    ) -> None:
+        super().__init__(self.decide)
+        root = os.fspath(workspace)
+        if not root.startswith("/"):
+            raise ValueError(f"the workspace must be an absolute path, not {root!r}")
+        self.workspace = posixpath.normpath(root)
+        self._clock = clock or (lambda: datetime.now(UTC))
+        self._resolve = resolve
+        self.on_answer = on_answer
+        self._entries: list[_Entry] = []
+        self._by_word: dict[str, list[_Entry]] = {}
+        self._by_kind: dict[str, list[_Entry]] = {}
+        self._general: list[_Entry] = []
+        self.replace_rules(rules)
+
+    # -- the rules
+
+    @property
+    def rules(self) -> tuple[EditorRule, ...]:
+        """The rules, in the order they are numbered (from 1)."""
+        return tuple(entry.rule for entry in self._entries)
+
+    def hits(self, rule: EditorRule) -> int:
+        """How many questions ``rule`` answered."""
+        return next((e.hits for e in self._entries if e.rule is rule), 0)
+
+    def add(self, rule: EditorRule) -> int:
+        """Add ``rule`` after the others; returns its number."""
+        self.replace_rules((*self.rules, rule))
+        return len(self._entries)
+
+    def revoke(self, rule: EditorRule) -> bool:
+        """Take ``rule`` out (the very object); False if it was not in."""
+        if not any(entry.rule is rule for entry in self._entries):
+            return False
+        self.replace_rules(entry.rule for entry in self._entries if entry.rule is not rule)
+        return True
+
+    def end_session(self, session_id: str) -> list[EditorRule]:
+        """Take out the rules that last until ``session_id`` ends; returns them."""
+        ended = [
+            e.rule
+            for e in self._entries
+            if e.rule.lifetime == "session" and e.rule.session_id == session_id
+        ]
+        for rule in ended:
+            self.revoke(rule)
+        return ended
+
+    def replace_rules(self, rules: Iterable[EditorRule]) -> None:
+        """Use ``rules`` (hit counts of rules kept are kept)."""
+        hits = {id(entry.rule): entry.hits for entry in self._entries}
+        self._entries = [
+            _Entry(rule, number, hits.get(id(rule), 0)) for number, rule in enumerate(rules, 1)
+        ]
+        self._by_word, self._by_kind, self._general = {}, {}, []
+        for entry in self._entries:
+            rule = entry.rule
+            if rule.scope == "workspace" and rule.workspace != self.workspace:
+                continue  # another workspace's: never matches here
+            if rule.command:
+                self._by_word.setdefault(rule.command[0], []).append(entry)
+            elif rule.kinds:
+                for kind in rule.kinds:
+                    self._by_kind.setdefault(kind, []).append(entry)
+            else:
+                self._general.append(entry)
+
+    # -- deciding
+
+    def decide(self, request: PermissionRequest) -> Decision | None:
+        """The rule handler: an answer, or ``None`` to pass the question on."""
+        found = self._match(request)
+        if found is None:
+            return None
+        entry, decision = found
+        entry.hits += 1
+        if self.on_answer is not None:
+            self.on_answer(RuleAnswer(entry.rule, entry.number, request, decision))
+        return decision
+
+    def match(self, request: PermissionRequest) -> RuleAnswer | None:
+        """The rule that would answer ``request`` and how, without counting it."""
+        found = self._match(request)
+        return (
+            None if found is None else RuleAnswer(found[0].rule, found[0].number, request, found[1])
+        )
+
+    def _match(self, request: PermissionRequest) -> tuple[_Entry, Selected] | None:
+        kind = request.tool_call.kind
+        candidates = list(self._general)
+        if kind is not None:
+            candidates += self._by_kind.get(kind, _NO_ENTRIES)
+        raw = _raw_input(request.tool_call.raw_input_json)
+        if self._by_word:  # the rules naming a word of the command
+            command = raw.get("command") if isinstance(raw, dict) else None
+            for word in set(_command_words(command)[1]):
+                candidates += self._by_word.get(word, _NO_ENTRIES)
+        if not candidates:
+            return None
+        if len(candidates) > 1:  # in number order, each once
+            candidates = sorted({id(e): e for e in candidates}.values(), key=_number)
+        subject = _subject(request, raw, self.workspace, self._resolve)
+        now: datetime | None = None
+        denies: list[_Entry] = []
+        allows: list[_Entry] = []
+        for entry in candidates:
+            rule = entry.rule
+            if rule.scope == "session" and rule.session_id != request.session_id:
+                continue
+            if rule.until is not None:
+                now = now or self._clock()
+                if now >= rule.until:
+                    continue
+            if _covers(rule, subject, self.workspace):
+                (denies if rule.effect == "deny" else allows).append(entry)
+        if denies:  # a deny beats an allow, even one it cannot answer with
+            return _answering(denies, request, "reject")
+        if allows and not subject.outside:
+            return _answering(allows, request, "allow")
+        return None
+
+
+def _number(entry: _Entry) -> int:
+    return entry.number
+
+
+def _answering(
+    entries: list[_Entry], request: PermissionRequest, verb: Literal["allow", "reject"]
+) -> tuple[_Entry, Selected] | None:
+    """The first rule that finds an offered option of the kind it needs."""
+    kinds: dict[str, str] = {o.kind: o.option_id for o in reversed(request.options)}
+    for entry in entries:
+        option_id = kinds.get(f"{verb}_once")
+        if option_id is None and entry.rule.use_always:
+            option_id = kinds.get(f"{verb}_always")
+        if option_id is not None:
+            return entry, Selected(option_id)
+    return None
+
+
+# ---------------------------------------------------------------- reasons
+
+
+def with_reason(decision: Selected, reason: str) -> Selected:
+    """``decision`` carrying the person's ``reason`` in its ``_meta``
+    (:data:`REASON_META_KEY`), unprintable characters dropped, cut at
+    :data:`MAX_REASON` characters. An empty reason adds nothing."""
+    text = "".join(c for c in reason if c.isprintable() or c == "\n").strip()[:MAX_REASON]
+    if not text:
+        return decision
+    meta = dict(decision.meta or {})
+    meta[REASON_META_KEY] = text
+    return Selected(decision.option_id, meta=meta)
+
+
+def reason_of(meta: object) -> str | None:
+    """The reason in an answer's ``_meta``, if it holds a string one."""
+    if isinstance(meta, dict):
+        reason = meta.get(REASON_META_KEY)
+        if isinstance(reason, str) and reason:
+            return reason[:MAX_REASON]
+    return None
+
+
+# ---------------------------------------------------------------- suggestions
+
+
+def suggested_rules(
+    request: PermissionRequest,
+    *,
+    workspace: str,
+    effect: Effect,
+    created: datetime | None = None,
+) -> list[EditorRule]:
+    """The rules a card offers to save for ``request``, narrowest first, scoped
+    to ``workspace`` until revoked.
+
+    A plain shell command: its program and subcommand (``git status …``; the
+    whole command when its second word is not a subcommand). A request with
+    paths: this file (or these files), then this folder. Otherwise its kind and
+    exact title. Nothing for a request that names anything outside the
+    workspace (no rule could allow it) or a command the shell would expand.
+    """
+    subject = subject_of(request, workspace)
+    if subject.outside and effect == "allow":
+        return []
+
+    def scoped(**matches: Any) -> EditorRule:
+        return EditorRule(
+            effect=effect,
+            scope="workspace",
+            lifetime="revoked",
+            workspace=workspace,
+            created=created,
+            **matches,
+        )
+
+    kinds = (subject.kind,) if subject.kind else ()
+    if subject.words is not None:
+        words = subject.words
+        head = words[:2] if len(words) > 1 and _SUBCOMMAND.fullmatch(words[1]) else words
+        return [scoped(command=head)]
+    if subject.all_words:
+        return []
+    if subject.paths:
+        relative = [posixpath.relpath(path, workspace) for path in subject.paths]
+        found = [scoped(kinds=kinds, paths=tuple(glob_escape(path) for path in relative))]
+        folders = {posixpath.dirname(path) for path in relative}
+        if len(folders) == 1 and (folder := folders.pop()):
+            found.append(scoped(kinds=kinds, paths=(glob_escape(folder) + "/**",)))
+        return found
+    if subject.title and kinds:
+        return [scoped(kinds=kinds, title=glob_escape(subject.title))]
+    return []
+
+
+_SUBCOMMAND = re.compile(r"[a-z][a-z0-9-]*")
+
+
+# ---------------------------------------------------------------- files
+
+
+class RuleFileError(Exception):
+    """One rule (or a whole file) that cannot be used: ``PATH:LINE: message``."""
+
+    def __init__(self, path: Path, message: str, line: int | None = None) -> None:
+        where = f"{path}:{line}" if line is not None else str(path)
+        super().__init__(f"{where}: {message}")
+        self.path = path
+        self.line = line
+
+
+class _RuleFields(msgspec.Struct, forbid_unknown_fields=True):
+    effect: str
+    scope: str
+    lifetime: str
+    session_id: str | None = None
+    workspace: str | None = None
+    until: datetime | None = None
+    kinds: list[str] = msgspec.field(default_factory=list)
+    command: list[str] = msgspec.field(default_factory=list)
+    paths: list[str] = msgspec.field(default_factory=list)
+    title: str | None = None
+    use_always: bool = False
+    created: datetime | None = None
+    note: str = ""
+
+
+FILE_VERSION: Final = 1
+
+
+def load_rules(path: Path) -> tuple[list[EditorRule], list[RuleFileError]]:
+    """The usable rules of a rules file, and what was wrong with the rest.
+
+    A file that does not exist has no rules and no error. A file that cannot be
+    read or is not TOML gives no rules at all (one error); a rule that cannot be
+    used (an unknown key, a missing one, a wrong value) is skipped, with an error
+    naming its line. A broken file never allows more than its good rules say.
+    """
+    try:
+        text, data = read_toml(path)
+    except TomlFileError as exc:
+        if not path.exists() and not path.is_symlink():
+            return [], []
+        return [], [RuleFileError(path, exc.message, exc.line)]
+    version = data.get("version", FILE_VERSION)
+    if version != FILE_VERSION:
+        line = locate(text, ("version",))
+        return [], [RuleFileError(path, f"version {version!r} is not 1: no rule is read", line)]
+    unknown = sorted(set(data) - {"version", "rule"})
+    errors = [
+        RuleFileError(path, f"unknown key {key!r} (ignored)", locate(text, (key,)))
+        for key in unknown
+    ]
+    entries = data.get("rule", [])
+    if not isinstance(entries, list):
+        return [], [*errors, RuleFileError(path, "rule must be [[rule]] tables", 1)]
+    rules: list[EditorRule] = []
+    for index, entry in enumerate(entries):
+        key: Key = ("rule", index)
+        try:
+            fields = msgspec.convert(entry, _RuleFields)
+            rules.append(
+                EditorRule(
+                    effect=fields.effect,  # type: ignore[arg-type]  # checked on build
+                    scope=fields.scope,  # type: ignore[arg-type]
+                    lifetime=fields.lifetime,  # type: ignore[arg-type]
+                    session_id=fields.session_id,
+                    workspace=fields.workspace,
+                    until=fields.until,
+                    kinds=tuple(fields.kinds),
+                    command=tuple(fields.command),
+                    paths=tuple(fields.paths),
+                    title=fields.title,
+                    use_always=fields.use_always,
+                    created=fields.created,
+                    note=fields.note,
+                )
+            )
+        except (msgspec.ValidationError, ValueError) as exc:
+            message, at = _where(str(exc))
+            line = locate(text, (*key, at) if at else key)
+            errors.append(RuleFileError(path, f"rule {index + 1} skipped: {message}", line))
+    return rules, errors
+
+
+_UNKNOWN_FIELD = re.compile(r"Object contains unknown field `(?P<name>[^`]*)`")
+_AT_FIELD = re.compile(r"(?P<what>.*) - at `\$\.(?P<name>[A-Za-z_]+)[^`]*`")
+
+
+def _where(message: str) -> tuple[str, str | None]:
+    """A rule's error as ``(message, the key to blame or None)``."""
+    if unknown := _UNKNOWN_FIELD.fullmatch(message):
+        return f"unknown key {unknown['name']!r}", unknown["name"]
+    if at := _AT_FIELD.fullmatch(message):
+        return f"{at['name']}: {at['what']}", at["name"]
+    return message, None
+
+
+def save_rules(path: Path, rules: Iterable[EditorRule]) -> None:
+    """Write ``rules`` (but those that end with their session) to ``path``,
+    atomically, readable by its owner only. Raises :class:`OSError`."""
+    lines = [
+        "# Editor approval rules (permclient.rules). A rule that cannot be read is",
+        "# skipped with a warning; a deny rule beats an allow rule.",
+        f"version = {FILE_VERSION}",
+    ]
+    for rule in rules:
+        if rule.lifetime == "session":
+            continue
+        lines += ["", "[[rule]]"]
+        for name in _RuleFields.__struct_fields__:
+            value = getattr(rule, name)
+            if value is None or value == () or (name in ("use_always", "note") and not value):
+                continue
+            lines.append(f"{name} = {_toml_value(value)}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+            file.write("\n".join(lines) + "\n")
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+
+
+def _toml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, tuple):
+        return "[" + ", ".join(_toml_value(item) for item in value) + "]"
+    text = str(value)
+    escaped = "".join(
+        '\\"'
+        if c == '"'
+        else "\\\\"
+        if c == "\\"
+        else f"\\u{ord(c):04x}"
+        if c < " " or c == "\x7f"
+        else c
+        for c in text
+    )
+    return f'"{escaped}"'
