@@ -16,6 +16,7 @@ from rich.text import Text
 
 from simhost._usage import USAGE, one_line, plain_console
 from simhost.approve.cli import approve_command
+from simhost.audit_cli import audit_command
 from simhost.chat.cli import chat_command
 from simhost.run.cli import run_command
 from simhost.runtime.cli import runtime_command
@@ -27,8 +28,8 @@ app = typer.Typer(
         "Reference host for permclient: a stand-in editor that shows every permission "
         "request a coding agent makes and blocks it until you answer (chat), and a "
         "deterministic stand-in agent runtime (runtime), a runner of scripted multi-turn "
-        "concurrency scenarios against any agent (run), a web approvals panel (serve) and a "
-        "terminal approver for it (approve)."
+        "concurrency scenarios against any agent (run), a web approvals panel (serve), a "
+        "terminal approver for it (approve) and the audit trail of every answer (audit)."
     ),
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -39,6 +40,7 @@ app.command("runtime")(runtime_command)
 app.command("run")(run_command)
 app.command("serve")(serve_command)
 app.command("approve")(approve_command)
+app.command("audit")(audit_command)
 
 
 @app.callback(invoke_without_command=True)

@@ -36,6 +36,7 @@ from permclient import (
     RequestError,
     Selected,
 )
+from permclient.rules import reason_of
 from simhost.runtime import grammar
 from simhost.runtime.grants import GrantSubject, option_name, receipt, subject_of
 from simhost.runtime.policy import PRESETS, Ask, Policy, evaluate
@@ -483,6 +484,9 @@ class Turn:
         if chosen.kind in ("allow_always", "reject_always") and subject is not None:
             self._grant(subject, "allow" if allowed else "reject")
             reason = f'the editor chose "{chosen.name}"'
+        given = None if allowed else reason_of(outcome.meta)
+        if given is not None:  # the person's own words, shown to the model as they are
+            reason += f", saying: {' '.join(given.split())}"
         return _Decision(
             SimhostDecision("editor", "allow" if allowed else "deny", option_id), reason
         )
