@@ -773,6 +773,8 @@ class Connection:
             raise ValueError("session_id must be a non-empty string")
         if not callable(handler) and not isinstance(handler, Rule | Deferred):
             raise TypeError(f"a permission handler must be callable, not {type(handler).__name__}")
+        if isinstance(handler, Rule) and type(handler) is not Rule:
+            handler = Rule(handler.function)  # a subclass (a rule engine): routed by exact type
         registration = PermissionRegistration(session_id, handler, checked_timeout(timeout))
         self._stacks.setdefault(session_id, []).append(registration)
         return registration

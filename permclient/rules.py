@@ -134,6 +134,9 @@ class EditorRule:
         for text in (*self.command, *self.paths, self.title or "-", self.session_id or "-"):
             if not text or "\x00" in text or not _encodable(text):
                 raise ValueError(f"not a usable word, glob or id: {text!r}")
+        for text in (self.workspace or "", self.note):
+            if not _encodable(text):
+                raise ValueError(f"not text that can be saved: {text!r}")
         for glob in self.paths:
             _glob_pattern(glob)  # raises for a glob that cannot be read
 
@@ -223,13 +226,17 @@ def _subject(
         given = raw["cwd"]
         if isinstance(given, str) and given:
             cwd = _absolute(given, workspace, resolve)
-        outside = not isinstance(given, str) or not _inside(cwd, workspace)
-    words, all_words = _command_words(raw.get("command") if isinstance(raw, dict) else None)
-    if words is not None and any(_escapes(word, cwd, workspace, resolve) for word in words):
+        outside = not isinstance(given, str) or given.startswith("~") or not _inside(cwd, workspace)
+    command = raw.get("command") if isinstance(raw, dict) else None
+    words, all_words = _command_words(command)
+    if words is None:  # a command the shell would expand or chain: where it goes, no one can tell
+        outside = outside or command is not None
+    elif any(_escapes(word, cwd, workspace, resolve) for word in words):
         outside = True
     named = [location.path for location in call.locations or ()]
     named += [item.path for item in call.content or () if isinstance(item, Diff)]
     paths = tuple(dict.fromkeys(_absolute(path, cwd, resolve) for path in named))
+    outside = outside or any(path.startswith("~") for path in named)
     outside = outside or not all(_inside(path, workspace) for path in paths)
     return Subject(call.kind, call.title, words, all_words, paths, outside)
 
@@ -350,13 +357,16 @@ def _glob_pattern(glob: str) -> re.Pattern[str]:
             body = glob[index + 1 : end]
             negate = body.startswith("!")
             body = re.escape(body[1:] if negate else body).replace("\\-", "-")
-            out.append(f"[{'^' if negate else ''}{body}]")
+            out.append(f"(?!/)[{'^' if negate else ''}{body}]")
             index = end + 1
             continue
         else:
             out.append(re.escape(char))
         index += 1
-    return re.compile("".join(out), re.S)
+    try:
+        return re.compile("".join(out), re.S)
+    except re.error as exc:  # e.g. a range backwards, [z-a]
+        raise ValueError(f"not a glob: {glob!r} ({exc})") from None
 
 
 def glob_escape(path: str) -> str:
@@ -514,7 +524,8 @@ class RuleEngine(Rule):
         self._by_word, self._by_kind, self._general = {}, {}, []
         for entry in self._entries:
             rule = entry.rule
-            if rule.scope == "workspace" and rule.workspace != self.workspace:
+            mine = posixpath.normpath(rule.workspace or "/") == self.workspace
+            if rule.scope == "workspace" and not mine:
                 continue  # another workspace's: never matches here
             if rule.command:
                 self._by_word.setdefault(rule.command[0], []).append(entry)
@@ -655,21 +666,29 @@ def suggested_rules(
         )
 
     kinds = (subject.kind,) if subject.kind else ()
-    if subject.words is not None:
-        words = subject.words
-        head = words[:2] if len(words) > 1 and _SUBCOMMAND.fullmatch(words[1]) else words
-        return [scoped(command=head)]
-    if subject.all_words:
+    try:
+        if subject.words is not None:
+            words = subject.words
+            head = words[:2] if len(words) > 1 and _SUBCOMMAND.fullmatch(words[1]) else words
+            return [scoped(command=head)]
+        if subject.all_words:
+            return []
+        if subject.paths:
+            relative = [  # outside (or the workspace itself): an absolute glob
+                posixpath.relpath(path, workspace)
+                if path != workspace and _inside(path, workspace)
+                else path
+                for path in subject.paths
+            ]
+            found = [scoped(kinds=kinds, paths=tuple(glob_escape(path) for path in relative))]
+            folders = {posixpath.dirname(path) for path in relative}
+            if len(folders) == 1 and (folder := folders.pop()) and folder != "/":
+                found.append(scoped(kinds=kinds, paths=(glob_escape(folder) + "/**",)))
+            return found
+        if subject.title and kinds:
+            return [scoped(kinds=kinds, title=glob_escape(subject.title))]
+    except ValueError:  # a word, path or title no rule can hold (empty, a NUL...)
         return []
-    if subject.paths:
-        relative = [posixpath.relpath(path, workspace) for path in subject.paths]
-        found = [scoped(kinds=kinds, paths=tuple(glob_escape(path) for path in relative))]
-        folders = {posixpath.dirname(path) for path in relative}
-        if len(folders) == 1 and (folder := folders.pop()):
-            found.append(scoped(kinds=kinds, paths=(glob_escape(folder) + "/**",)))
-        return found
-    if subject.title and kinds:
-        return [scoped(kinds=kinds, title=glob_escape(subject.title))]
     return []
 
 
@@ -809,6 +828,9 @@ def _toml_value(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, datetime):
+        offset = value.utcoffset()
+        if offset is not None and (offset.seconds % 60 or offset.microseconds):
+            value = value.astimezone(UTC)  # TOML offsets are whole minutes
         return value.isoformat()
     if isinstance(value, tuple):
         return "[" + ", ".join(_toml_value(item) for item in value) + "]"

@@ -36,9 +36,11 @@ Concurrency model:
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Awaitable, Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
 import trio
@@ -50,26 +52,42 @@ from permclient import (
     ConnectionClosed,
     Decision,
     InboundNotification,
+    PermissionOption,
     PermissionRequest,
     RemoteProtocolError,
     RequestError,
     Selected,
 )
+from permclient.rules import (
+    TOOL_KINDS,
+    EditorRule,
+    Effect,
+    RuleAnswer,
+    RuleEngine,
+    reason_of,
+    suggested_rules,
+    with_reason,
+)
 from simhost._digits import small_number
 from simhost._updates import message_text, tool_report
+from simhost.audit import AnsweredBy, AuditLog, record_for
+from simhost.rulebook import RuleBook
 
 from .approvals import Approval, ApprovalQueue
 from .backends import Backend, BridgeBackend, Unsupported
+from .card import EDITOR_RULE_KEYS as _RULE_KEYS
 from .card import KEYED_OPTIONS, PermissionCard, option_label, session_label
 from .keys import Key, LineEditor
 from .protocol import InitializeResult
 from .render import (
     banner,
+    batch_list,
     busy_line,
     help_table,
     history_view,
     permissions_view,
     prompt_line,
+    rules_table,
     sessions_table,
     tool_line,
 )
@@ -94,11 +112,29 @@ InputMode = Literal["keys", "lines"]
 
 @dataclass(frozen=True)
 class _Confirming:
-    """An ``allow_always`` option picked by key on ``card``: it waits for Enter."""
+    """An ``allow_always`` option (``number``) or an editor rule (``rule``) picked by
+    key on ``card``: it waits for Enter."""
 
     card: Approval
     number: int
-    picked_at: float  # when the digit was read
+    picked_at: float  # when the key was read
+    rule: EditorRule | None = None
+
+
+@dataclass(frozen=True)
+class _Reasoning:
+    """A deny option picked by key on ``card``: the prompt line takes a reason."""
+
+    card: Approval
+    decision: Selected
+
+
+@dataclass(frozen=True)
+class _Batch:
+    """``/allow-all`` or ``/deny-all``: the listed answers, waiting for a yes."""
+
+    command: str
+    answers: tuple[tuple[Approval, Selected], ...]
 
 
 @dataclass
@@ -143,8 +179,13 @@ class ChatApp:
         *,
         log_tail: Callable[[], str] | None = None,
         backend: Backend | None = None,
+        rulebook: RuleBook | None = None,
+        audit: AuditLog | None = None,
     ) -> None:
         self.client = client
+        self.rulebook = rulebook
+        """The editor's rules (``None``: no rules, every question goes to the person)."""
+        self.audit = audit
         self.backend: Backend = backend or BridgeBackend(client)
         self.screen = screen
         self.options = options or ChatOptions()
@@ -171,12 +212,17 @@ class ChatApp:
         self._shown: Approval | None = None
         self._card_key: tuple[Key, float] | None = None  # the last key a card took, and when
         self._confirming: _Confirming | None = None  # an allow_always pick waiting for Enter
+        self._reasoning: _Reasoning | None = None  # a deny pick waiting for its reason
+        self._batch: _Batch | None = None  # a batch answer waiting for a yes
+        self._cancelled_turns: set[str] = set()  # sessions whose turn we cancelled
         self._asking_to_quit = False
         self._line_had_text = False  # the prompt line, as the last sync saw it
         self._changed = trio.Event()
         self._closing = False
         self._nursery: trio.Nursery | None = None
         self._loop_scope = trio.CancelScope()
+        if rulebook is not None:
+            rulebook.engine.on_answer = self._rule_answered
 
     # ------------------------------------------------------------------ running
 
@@ -274,6 +320,19 @@ class ChatApp:
             else:
                 self._note("not quitting: the turns go on")
             return
+        if self._batch is not None:
+            batch, self._batch = self._batch, None
+            if key.name == "char" and key.char in "yY":
+                self._answer_batch(batch)
+            else:
+                self._note(f"{batch.command}: nothing answered")
+            return
+        if self._reasoning is not None:
+            if key.name != "ctrl_c":
+                self._on_reason_key(self._reasoning, key)
+                return
+            self._reasoning = None  # Ctrl-C does what it always does; the denial is not sent
+            self.editor.text = ""
         if self._confirming is not None:
             if key.name != "ctrl_c":
                 self._on_confirm_key(self._confirming, key, read_at)
@@ -294,9 +353,17 @@ class ChatApp:
             self._card_key = (key, read_at)
             if key.name == "esc":
                 self._answer(card, Cancelled(), how="Esc")
+            elif key.char in _RULE_KEYS:
+                rule = card.suggestions[_RULE_KEYS.index(key.char)]
+                self._confirming = _Confirming(card, 0, read_at, rule)
+                if not self.screen.live:
+                    self.screen.print(self._card_hint(card))
             else:
                 number = int(key.char)
-                if self._grants_standing(card, number):
+                option = self._option(card, number)
+                if option is not None and option.kind.startswith("reject"):
+                    self._reasoning = _Reasoning(card, Selected(option.option_id))
+                elif self._grants_standing(card, number):
                     self._confirming = _Confirming(card, number, read_at)
                     if not self.screen.live:  # a plain screen drew the card once: say it below
                         self.screen.print(self._card_hint(card))
@@ -319,17 +386,18 @@ class ChatApp:
             return
         line = self.editor.handle(key)
         if line is not None:
-            if self.foreground is not None:
+            if self.foreground is not None and not _answers_now(line):
                 self.editor.text = line  # the prompt waits for the turn: keep the line
                 return
             self._submit(line)
 
     def _card_takes(self, card: Approval, key: Key, read_at: float) -> bool:
         """Whether ``key`` answers ``card``: see the module docstring."""
+        rule_keys = _RULE_KEYS[: len(card.suggestions)]
         if (
             key.name != "esc"
             and key != _VIEW_CARD
-            and not (key.name == "char" and key.char in _CARD_KEYS)
+            and not (key.name == "char" and (key.char in _CARD_KEYS or key.char in rule_keys))
         ):
             return False
         if self._card_key is not None:
@@ -364,6 +432,9 @@ class ChatApp:
                 self._note("read the confirmation first: the next Enter confirms it")
                 return
             self._confirming = None
+            if confirming.rule is not None:
+                self._save_rule(card, confirming.rule)
+                return
             options = card.request.options
             self._answer(
                 card,
@@ -375,6 +446,23 @@ class ChatApp:
         if self._card_key is not None and key == self._card_key[0]:
             self._card_key = (key, read_at)  # a held digit keeps repeating: still its repeat
         self._note(f"not confirmed: nothing answered, the card still asks ({_key_name(key)})")
+
+    def _on_reason_key(self, reasoning: _Reasoning, key: Key) -> None:
+        """A key while a denial waits for its reason: Enter sends it, Esc goes back."""
+        if key.name == "enter":
+            reason, self.editor.text = self.editor.text, ""
+            self._reasoning = None
+            self._answer(reasoning.card, reasoning.decision, how="key", reason=reason)
+        elif key.name == "esc":
+            self._reasoning = None
+            self.editor.text = ""
+            self._note("not denied: the card still asks")
+        elif key.name == "paste_too_long" or (
+            key.name == "paste" and not self.editor.fits(key.char)
+        ):
+            self._note("the paste was not taken: too long for a reason", style="red")
+        else:
+            self.editor.handle(key)
 
     def _leave(self) -> None:
         """``/quit`` or Ctrl-D: at a keyboard, ask first while turns run (default no)."""
@@ -400,14 +488,26 @@ class ChatApp:
                 style="red",
             )
             return
+        if self._batch is not None:
+            batch, self._batch = self._batch, None
+            if text.lower() in ("y", "yes"):
+                self._answer_batch(batch)
+            else:
+                self._note(f"{batch.command}: nothing answered")
+            return
         if card is not None:
             lowered = text.lower()
+            first, _, rest = text.partition(" ")
             if lowered in ("esc", "cancel", "cancelled"):
                 self._answer(card, Cancelled(), how=lowered)
-            elif (number := small_number(text)) is not None:
-                self._pick(card, number)
+            elif (number := small_number(first)) is not None:
+                self._pick(card, number, reason=rest)
+            elif lowered in _RULE_KEYS[: len(card.suggestions)]:
+                self._save_rule(card, card.suggestions[_RULE_KEYS.index(lowered)])
             elif lowered in ("/quit", "/exit"):
                 self.quit(0)
+            elif _answers_now(text):
+                self._submit(text)
             else:
                 count = len(card.request.options)
                 self._note(
@@ -415,7 +515,7 @@ class ChatApp:
                     style="red",
                 )
             return
-        if self.foreground is not None:
+        if self.foreground is not None and not _answers_now(text):
             self._note("busy: the line was ignored", style="red")
             return
         self._submit(text)
@@ -443,6 +543,8 @@ class ChatApp:
         head = self.queue.head
         if head is None or self.exit_code is not None:
             return None
+        if self._reasoning is not None:
+            return self._reasoning.card
         if self.foreground is None and self.editor.text:
             return None  # you are typing at the prompt: the marker says a card waits
         return head
@@ -455,14 +557,33 @@ class ChatApp:
             return None
         return card
 
-    def _pick(self, card: Approval, number: int) -> None:
+    @staticmethod
+    def _option(card: Approval, number: int) -> PermissionOption | None:
         options = card.request.options
-        if not 1 <= number <= len(options):
-            self._note(f"there is no option {number}: choose 1-{len(options)}", style="red")
-            return
-        self._answer(card, Selected(options[number - 1].option_id), how=str(number))
+        return options[number - 1] if 1 <= number <= len(options) else None
 
-    def _answer(self, card: Approval, decision: Decision, *, how: str) -> None:
+    def _pick(self, card: Approval, number: int, *, reason: str = "") -> None:
+        option = self._option(card, number)
+        if option is None:
+            count = len(card.request.options)
+            self._note(f"there is no option {number}: choose 1-{count}", style="red")
+            return
+        if reason and not option.kind.startswith("reject"):
+            self._note("a reason goes only with a deny option: nothing answered", style="red")
+            return
+        self._answer(card, Selected(option.option_id), how=str(number), reason=reason)
+
+    def _answer(
+        self,
+        card: Approval,
+        decision: Decision,
+        *,
+        how: str,
+        reason: str = "",
+        by: AnsweredBy = "person",
+    ) -> None:
+        if isinstance(decision, Selected) and reason:
+            decision = with_reason(decision, reason)
         card.answer(decision)
         self.queue.remove(card)
         self._sync()  # the live region first, so the line below never redraws a stale card
@@ -474,22 +595,198 @@ class ChatApp:
         else:
             line.append(f"cancelled ({how})", style="red")
         line.append(f" · {one_line(card.tool_title)} · {self._label(card.session_id)}", style="dim")
+        given = reason_of(decision.meta)
+        if given is not None:
+            line.append(" · reason: ", style="dim")
+            line.append_text(escaped(given, limit=_CONFIRM_CHARS))
         self.screen.print(line)
+        self._audit(card.request, decision, by=by, detail=how, reason=given)
+
+    # ------------------------------------------------------------- editor rules
+
+    def _audit(
+        self,
+        request: PermissionRequest,
+        decision: Decision | None,
+        *,
+        by: AnsweredBy,
+        detail: str | None = None,
+        reason: str | None = None,
+    ) -> None:
+        if self.audit is None or self.rulebook is None:
+            return
+        record = record_for(
+            request,
+            decision,
+            by=by,
+            workspace=self.rulebook.engine.workspace,
+            detail=detail,
+            reason=reason,
+        )
+        if not self.audit.append(record) and self.audit.failed is not None:
+            self._note(self.audit.failed, style="red")
+            self.audit.failed = None
+
+    def _rule_answered(self, answer: RuleAnswer) -> None:
+        """A receipt for a question an editor rule answered (it never reached a card)."""
+        request = answer.request
+        self._flush_partial(request.session_id)
+        option = request.option(answer.decision.option_id)
+        verb = "allowed" if option is not None and option.kind.startswith("allow") else "denied"
+        workspace = self.rulebook.engine.workspace if self.rulebook is not None else None
+        described = answer.rule.describe(workspace)
+        line = Text(
+            f"⚖ rule {answer.number} {verb}",
+            style="bold green" if verb == "allowed" else "bold red",
+        )
+        line.append(f" · {one_line(request.tool_call.title or request.tool_call.tool_call_id)}")
+        line.append(f" · {self._label(request.session_id)} · ", style="dim")
+        line.append_text(escaped(described, "dim", limit=_CONFIRM_CHARS))
+        self.screen.print(line)
+        self._audit(
+            request, answer.decision, by="rule", detail=f"rule {answer.number}: {described}"
+        )
+
+    def _save_rule(self, card: Approval, rule: EditorRule) -> None:
+        """Keep ``rule``, then let it answer ``card`` and every queued card it covers."""
+        book = self.rulebook
+        if book is None:
+            return
+        try:
+            number = book.add(rule)
+        except OSError as exc:
+            self._note(f"the rule was not saved: {exc.strerror or exc}", style="red")
+            return
+        where = book.file_of(rule)
+        self._note(
+            f"rule {number} saved: {rule.describe(book.engine.workspace)}"
+            + (f" ({where})" if where else ""),
+            style="green",
+        )
+        for approval in self.queue:
+            found = book.engine.match(approval.request)
+            if found is not None and found.rule is rule:
+                book.engine.decide(approval.request)  # counted, with its receipt
+                approval.answer(found.decision)
+                self.queue.remove(approval)
+        if card in self.queue:
+            self._note(
+                "the rule does not answer this card (no option of the kind it needs): "
+                "choose an option",
+                style="yellow",
+            )
+        self._sync()
+
+    def _suggest(self, approval: Approval) -> None:
+        if self.rulebook is None:
+            return
+        workspace = self.rulebook.engine.workspace
+        found: list[EditorRule] = []
+        for effect in ("allow", "deny"):
+            found += suggested_rules(
+                approval.request, workspace=workspace, effect=effect, created=datetime.now(UTC)
+            )
+        approval.suggestions = tuple(found[: len(_RULE_KEYS)])
+
+    def _cmd_rules(self, arg: str) -> None:
+        book = self.rulebook
+        if book is None:
+            self._note("no editor rules in this chat", style="red")
+            return
+        verb, _, rest = arg.partition(" ")
+        if not verb:
+            self.screen.print(rules_table(book))
+        elif verb == "rm":
+            number = small_number(rest.strip())
+            if number is None:
+                self._note("usage: /rules rm N (N from /rules)", style="red")
+                return
+            try:
+                rule = book.revoke(number)
+            except IndexError:
+                self._note(f"there is no rule {number}: /rules lists them", style="red")
+                return
+            except OSError as exc:
+                self._note(f"the rule was not revoked: {exc.strerror or exc}", style="red")
+                return
+            self._note(f"rule {number} revoked: {rule.describe(book.engine.workspace)}")
+        elif verb == "edit":
+            self._note(
+                f"this workspace's rules: {book.workspace_file}; everywhere: {book.user_file}. "
+                "Edit them, then /rules reload (a rule that cannot be read is skipped).",
+            )
+        elif verb == "reload":
+            for warning in book.load():
+                self._note(warning, style="yellow")
+            self._note(f"{len(book.engine.rules)} rules")
+        else:
+            self._note("usage: /rules, /rules rm N, /rules edit, /rules reload", style="red")
+
+    def _cmd_batch(self, command: str, arg: str) -> None:
+        """``/allow-all WHAT`` or ``/deny-all WHAT``: list, then ask."""
+        session_id = self.current
+        if not arg or session_id is None or self.rulebook is None:
+            self._note(f"usage: {command} KIND|GLOB (e.g. {command} reads, {command} 'src/**')")
+            return
+        effect: Effect = "allow" if command == "/allow-all" else "deny"
+        kind = arg[:-1] if arg.endswith("s") and arg[:-1] in TOOL_KINDS else arg
+        try:
+            matching = EditorRule(
+                effect=effect,
+                scope="session",
+                lifetime="session",
+                session_id=session_id,
+                kinds=(kind,) if kind in TOOL_KINDS else (),
+                paths=() if kind in TOOL_KINDS else (arg,),
+            )
+        except ValueError as exc:
+            self._note(f"{command}: {exc}", style="red")
+            return
+        engine = RuleEngine(
+            [matching], workspace=self.rulebook.engine.workspace, resolve=os.path.realpath
+        )
+        answers = []
+        for approval in self.queue:
+            if approval.session_id == session_id:
+                found = engine.match(approval.request)
+                if found is not None:
+                    answers.append((approval, found.decision))
+        if not answers:
+            self._note(f"{command} {arg}: no pending question in this session it answers")
+            return
+        self.screen.print(batch_list(command, arg, answers))
+        self._batch = _Batch(f"{command} {arg}", tuple(answers))
+
+    def _answer_batch(self, batch: _Batch) -> None:
+        answered = 0
+        for approval, decision in batch.answers:
+            if approval in self.queue:
+                self._answer(approval, decision, how=batch.command, by="batch")
+                answered += 1
+        self._note(f"{batch.command}: {answered} answered")
 
     async def _ask(self, session_id: str, request: PermissionRequest) -> Decision:
         """The permission handler of every session the chat uses."""
         # The text streamed before the question goes above its card, not after it.
         self._flush_partial(session_id)
         approval = self.queue.add(session_id, request)
+        self._suggest(approval)
         self._sync()
         try:
             return await approval.wait()
         finally:
             # Withdrawn, turn cancelled, or closing: the card goes, and says why.
-            if approval.decision is None and self.queue.remove(approval):
-                self._sync()
-                if not self._closing:
-                    self._withdrawn_notice(approval, self._withdraw_reason())
+            if approval.decision is None:
+                self._audit(request, None, by=self._withdrawn_by(session_id))
+                if self.queue.remove(approval):
+                    self._sync()
+                    if not self._closing:
+                        self._withdrawn_notice(approval, self._withdraw_reason())
+
+    def _withdrawn_by(self, session_id: str) -> AnsweredBy:
+        if self._closing or self.client.closed_reason is not None:
+            return "teardown"
+        return "turn" if session_id in self._cancelled_turns else "runtime"
 
     def _withdrawn_notice(self, approval: Approval, reason: str) -> None:
         self._flush_partial(approval.session_id)
@@ -527,6 +824,10 @@ class ChatApp:
         card = self._visible_card()
         if self._confirming is not None and self._confirming.card is not card:
             self._confirming = None  # the question belongs to its card and goes with it
+        if self._reasoning is not None and self._reasoning.card not in self.queue:
+            self._reasoning = None  # withdrawn while the reason was typed
+            self.editor.text = ""
+            self._note("the card went before the denial was sent: nothing answered", style="red")
         if card is not self._shown:
             if self._shown is not None:
                 self._shown.shown_at = None
@@ -569,6 +870,20 @@ class ChatApp:
             return Text(
                 "Your prompt line has text: clear it (Ctrl-U) to answer this card.", style="bold"
             )
+        if self._reasoning is not None and self._reasoning.card is card:
+            return Text(
+                "Reason for denying (optional, sent to the agent): type it · "
+                "Enter sends the denial · Esc goes back",
+                style="bold",
+            )
+        if self._confirming is not None and self._confirming.rule is not None:
+            workspace = self.rulebook.engine.workspace if self.rulebook else None
+            hint = Text("Save editor rule: ", style="bold yellow")
+            hint.append_text(
+                escaped(self._confirming.rule.describe(workspace), "bold yellow", limit=400)
+            )
+            hint.append("? Enter saves it (it answers this card) · any other key goes back")
+            return hint
         if self._confirming is not None and self._confirming.card is card:
             option = card.request.options[self._confirming.number - 1]
             hint = Text("Confirm: ", style="bold yellow")
@@ -603,7 +918,7 @@ class ChatApp:
         card = self._shown
         hint = self._card_hint(card) if card is not None else None
         note = "send or clear (Ctrl-U) your line to answer" if card is None else None
-        view.show_queue(card, list(self.queue), self.titles, hint, note)
+        view.show_queue(card, list(self.queue), self.titles, hint, note, self._rule_labels(card))
         if self.exit_code is None:
             typed = _typed(self.editor.text)
             if self._asking_to_quit:
@@ -612,11 +927,22 @@ class ChatApp:
                     f"{running} turn{'s' if running != 1 else ''} still running: quit? y/N",
                     style="bold yellow",
                 )
+            elif self._reasoning is not None:
+                view.prompt = prompt_line("reason", typed)
             elif self.foreground is not None:
                 view.prompt = busy_line(self.foreground.label, typed)
             elif self.current is not None and card is None:
                 view.prompt = prompt_line(self._prompt_label(), typed)
         return view
+
+    def _rule_labels(self, card: Approval | None) -> list[str]:
+        if card is None or self.rulebook is None:
+            return []
+        workspace = self.rulebook.engine.workspace
+        return [
+            f"Always {rule.effect} {rule.describe(workspace).partition(' ')[2]}"
+            for rule in card.suggestions
+        ]
 
     def _label(self, session_id: str) -> str:
         return session_label(session_id, self.titles.get(session_id))
@@ -764,6 +1090,7 @@ class ChatApp:
 
     def _cancel_job(self, job: Job) -> None:
         if job.is_turn and job.session_id is not None:
+            self._cancelled_turns.add(job.session_id)
             # permclient answers the session's open questions ``cancelled`` as the
             # chatSend is abandoned; take their cards down now, in this same step.
             taken = [a for a in self.queue if a.session_id == job.session_id]
@@ -820,6 +1147,10 @@ class ChatApp:
         self._registrations.enter_context(
             self.client.permission_handler(session_id, functools.partial(self._ask, session_id))
         )
+        if self.rulebook is not None:  # above the person: what no rule decides, they do
+            self._registrations.enter_context(
+                self.client.permission_handler(session_id, self.rulebook.engine)
+            )
         self._registrations.enter_context(
             self.client.on_session_notification(session_id, self._on_notification)
         )
@@ -910,6 +1241,10 @@ class ChatApp:
                 self._note(f"no turn runs in {one_line(target or '?')}", style="red")
             else:
                 self._cancel_job(turn)
+        elif name == "/rules":
+            self._cmd_rules(arg)
+        elif name in ("/allow-all", "/deny-all"):
+            self._cmd_batch(name, arg)
         elif name == "/wait":
             self._spawn(
                 Job("waiting for a card or the end of the turns", None),
@@ -930,6 +1265,7 @@ class ChatApp:
                 style="red",
             )
             return
+        self._cancelled_turns.discard(session_id)
         where = "in the background " if background else ""
         job = Job(f"turn {where}in {self._label(session_id)}", session_id, is_turn=True)
         if background:
@@ -1021,6 +1357,11 @@ class ChatApp:
     async def _cmd_wait(self) -> None:
         while self.queue.head is None and self.turns:
             await self._changed.wait()
+
+
+def _answers_now(line: str) -> bool:
+    """Whether ``line`` is a command that runs while a turn waits (rules, batches)."""
+    return line.strip().partition(" ")[0] in ("/rules", "/allow-all", "/deny-all")
 
 
 def _key_name(key: Key) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from permclient import Answer, Decision, PermissionRequest
+from permclient.rules import EditorRule
 
 __all__ = ["Approval", "ApprovalQueue"]
 
@@ -18,7 +19,7 @@ __all__ = ["Approval", "ApprovalQueue"]
 class Approval:
     """One permission request waiting for an answer from the person."""
 
-    __slots__ = ("_answer", "request", "seq", "session_id", "shown_at")
+    __slots__ = ("_answer", "request", "seq", "session_id", "shown_at", "suggestions")
 
     def __init__(self, seq: int, session_id: str, request: PermissionRequest) -> None:
         self.seq = seq
@@ -27,6 +28,8 @@ class Approval:
         self._answer = Answer()
         self.shown_at: float | None = None
         """When the card last became visible (trio clock), ``None`` while hidden."""
+        self.suggestions: tuple[EditorRule, ...] = ()
+        """The editor rules the card offers to save (keys ``a``, ``b``, ...)."""
 
     @property
     def tool_title(self) -> str:

@@ -61,6 +61,7 @@ from permclient import (
 from .text import compact_json, escaped, has_hidden, pretty_json, visible
 
 __all__ = [
+    "EDITOR_RULE_KEYS",
     "FULL_MAX_ROWS",
     "KEYED_OPTIONS",
     "OPTION_STYLES",
@@ -78,6 +79,8 @@ OPTION_STYLES: Final = {
 FULL_MAX_ROWS: Final = 2000
 """Rows of details a full card shows at most (``v`` and a pipe)."""
 KEYED_OPTIONS: Final = 9
+EDITOR_RULE_KEYS: Final = "abcd"
+"""The keys of a card's editor-rule entries, after the agent's options."""
 """Options a key can choose (``1`` to ``9``): the live card shows these and counts the rest."""
 
 _NUMBER_STYLE: Final = "bold reverse"
@@ -455,12 +458,14 @@ class PermissionCard:
         position: tuple[int, int] | None = None,
         hint: Text | str | None = None,
         max_height: int | None = None,
+        editor_rules: Sequence[str] = (),
     ) -> None:
         self.request = request
         self.session_title = session_title
         self.position = position
         self.hint = hint
         self.max_height = max_height
+        self.editor_rules = tuple(editor_rules)
 
     def fitted(self, max_height: int | None) -> PermissionCard:
         """This card, as a live card of at most ``max_height`` rows (``None``: full)."""
@@ -470,6 +475,7 @@ class PermissionCard:
             position=self.position,
             hint=self.hint,
             max_height=max_height,
+            editor_rules=self.editor_rules,
         )
 
     @property
@@ -512,10 +518,21 @@ class PermissionCard:
         grid.add_column(no_wrap=True)
         for number, option in enumerate(shown, start=1):
             name = escaped(option.name, OPTION_STYLES.get(option.kind, ""), limit=chars)
+            kind = escaped(option.kind, "dim")
+            if option.kind.endswith("_always"):
+                kind.append(" (the agent's: it decides what this covers)", style="dim")
             grid.add_row(
                 Text(f"{number:>2} ", style=_NUMBER_STYLE),
                 _one_row(name) if compact else name,
-                escaped(option.kind, "dim"),
+                kind,
+            )
+        for key, label in zip(EDITOR_RULE_KEYS, self.editor_rules, strict=False):
+            style = "green" if label.startswith("Always allow") else "red"
+            text = escaped(label, style, limit=chars)
+            grid.add_row(
+                Text(f" {key} ", style=_NUMBER_STYLE),
+                _one_row(text) if compact else text,
+                Text("editor rule", style="dim"),
             )
         lines: list[Text] = []
         if len(shown) < len(options):

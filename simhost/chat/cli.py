@@ -155,4 +155,3 @@ def chat_command(
         # the run by now, so whatever was started is stopped.
         raise fail(command, "interrupted", 130) from None
     raise typer.Exit(code)
-

@@ -15,7 +15,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from permclient import ToolCallState
+from permclient import Selected, ToolCallState
+from simhost.rulebook import RuleBook
 
 from .approvals import Approval
 from .card import session_label
@@ -66,11 +67,17 @@ COMMANDS: Final[Sequence[tuple[str, str]]] = (
     ("/policy [PRESET]", "show the current session's permission preset, or set it"),
     ("/cancel [ID]", "cancel the running turn of session ID (default: current)"),
     ("/wait", "wait until a card is up or no turn runs (for scripts)"),
+    ("/rules", "list the editor rules: scope, lifetime, how many questions each answered"),
+    ("/rules rm N", "revoke rule N (saved at once)"),
+    ("/rules edit", "where the rules files are; /rules reload reads them again"),
+    ("/allow-all WHAT", "answer this session's pending questions of a kind (reads) or a path"),
+    ("/deny-all WHAT", "glob (src/**): lists them, then asks y/N; runs during a turn too"),
     ("/help", "this help"),
     ("/quit", "leave; asks first while turns run (Ctrl-C, Ctrl-D on an empty line too)"),
 )
 KEYS: Final[Sequence[tuple[str, str]]] = (
-    ("1-9", "on a card: choose that option"),
+    ("1-9", "on a card: choose that option (a deny option then takes a reason: Enter sends)"),
+    ("a-d", "on a card: save that editor rule (its scope is shown; Enter confirms)"),
     ("Esc", "on a card: answer cancelled (a denial)"),
     ("v", "on a card: print the whole card into the transcript (answers nothing)"),
     ("Enter", "on a card: does nothing (there is no default option)"),
@@ -311,3 +318,45 @@ def busy_line(what: str, typed: str) -> Text:
         line.append("  typed ahead: ", style="dim")
         line.append(typed)
     return line
+
+
+def rules_table(book: RuleBook) -> Table | Text:
+    """``/rules``: every rule, numbered, with its scope, lifetime, hits and file."""
+    engine = book.engine
+    if not engine.rules:
+        return Text(
+            "no editor rules yet: a card's a-d keys save one; "
+            f"files: {book.workspace_file}, {book.user_file}",
+            style="dim",
+        )
+    table = Table(title="editor rules (a deny rule beats an allow rule)", title_justify="left")
+    for name in ("#", "rule", "answered", "kept in"):
+        table.add_column(name, overflow="fold")
+    for number, rule in enumerate(engine.rules, 1):
+        where = book.file_of(rule)
+        table.add_row(
+            str(number),
+            Text(
+                visible(rule.describe(engine.workspace)),
+                style="green" if rule.effect == "allow" else "red",
+            ),
+            str(engine.hits(rule)),
+            visible(str(where)) if where else "memory (until the session ends)",
+        )
+    return table
+
+
+def batch_list(command: str, what: str, answers: Sequence[tuple[Approval, Selected]]) -> Text:
+    """What ``/allow-all`` or ``/deny-all`` will answer, and the question it asks."""
+    count = len(answers)
+    text = Text(
+        f"{command} {one_line(what)} will answer {count} question{'s' if count != 1 else ''}:\n",
+        style="bold",
+    )
+    for approval, decision in answers:
+        option = approval.request.option(decision.option_id)
+        name = one_line(option.name) if option is not None else "?"
+        text.append(f"  #{approval.seq} {one_line(approval.tool_title)}", style="")
+        text.append(f" → {name}\n", style="dim")
+    text.append("Answer them? y/N", style="bold yellow")
+    return text

@@ -64,14 +64,17 @@ class View:
         titles: Mapping[str, str | None],
         hint: Text | None,
         note: str | None = None,
+        editor_rules: Sequence[str] = (),
     ) -> None:
-        """``shown``'s card (with ``hint``), and a marker for the rest of ``queue``."""
+        """``shown``'s card (with ``hint`` and the ``editor_rules`` it offers), and a
+        marker for the rest of ``queue``."""
         if shown is not None:
             self.card = PermissionCard(
                 shown.request,
                 session_title=titles.get(shown.session_id),
                 position=(1, len(queue)),
                 hint=hint,
+                editor_rules=editor_rules,
             )
             self.card_id = shown.seq
         waiting = [approval for approval in queue if approval is not shown]
