@@ -14,6 +14,15 @@ implementation's imports and heap never slow another's garbage collector):
   - ``async``: an ``async def`` handler that awaits ``trio.lowlevel.checkpoint()``
     once before returning ``Selected("allow")``;
   - ``bridge rule``: the rule again, ``dialect="bridge"`` (Content-Length framing);
+  - ``rules-1``: a ``permclient.rules.RuleEngine`` (a rule handler) with one
+    ``EditorRule``, which allows ``pytest`` (kind ``execute``) in the workspace the
+    agent's requests act in: it decides every request, with the offered
+    ``allow_once`` option (``allow``);
+  - ``rules-100``: a ``RuleEngine`` with 100 rules, that one last: 99 that do not
+    decide the agent's requests (other programs and subcommands, other kinds, path
+    and title globs, deny rules that do not match, session, workspace and
+    everywhere scopes, another workspace's, an expired one), some of them looked at
+    for every request (``editor_rules``);
 
 * the official ACP Python SDK (``acp.spawn_agent_process``; an ``acp.Client`` whose
   ``async def request_permission`` returns ``selected allow``);
@@ -35,6 +44,7 @@ Usage::
 
     python bench/approvals.py                 # N=20000, W=64, S=8, 5 rounds
     python bench/approvals.py --quick         # a smoke run (N=2000, 1 round)
+    python bench/approvals.py --only permclient-rules-1 --only permclient-rules-100
     python bench/approvals.py --profile permclient-async   # cProfile of one client
     python bench/approvals.py --steps permclient-async     # trio task steps per approval
 
@@ -57,6 +67,7 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -67,7 +78,7 @@ AGENT = BENCH_DIR / "cheap_agent.py"
 TS_CLIENT = BENCH_DIR / "ts_client.mjs"
 sys.path.insert(0, str(BENCH_DIR))
 
-from cheap_agent import session_name  # noqa: E402
+from cheap_agent import WORKSPACE, permission_params, session_name  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -85,6 +96,10 @@ CONFIGS = [
     Config("permclient-deferred", "permclient", "deferred + task", "newline", "acp", "deferred"),
     Config("permclient-async", "permclient", "async, 1 checkpoint", "newline", "acp", "async"),
     Config("permclient-bridge-rule", "permclient", "rule", "content-length", "bridge", "rule"),
+    Config("permclient-rules-1", "permclient", "RuleEngine, 1 rule", "newline", "acp", "rules-1"),
+    Config(
+        "permclient-rules-100", "permclient", "RuleEngine 100 rules", "newline", "acp", "rules-100"
+    ),
     Config("python-sdk", "ACP Python SDK", "async def", "newline"),
     Config("ts-sdk", "ACP TypeScript SDK", "async () =>", "newline"),
     Config("floor", "bare msgspec loop", "(none)", "newline"),
@@ -100,6 +115,8 @@ BURST_ORDER = [
     "permclient-async",
     "ts-sdk",
     "permclient-bridge-rule",
+    "permclient-rules-1",
+    "permclient-rules-100",
 ]
 
 
@@ -132,7 +149,158 @@ TARGETS = [
     Target("permclient-deferred", "rate", "python-sdk", 4.0),
     Target("permclient-async", "rate", "python-sdk", 3.0),
     Target("permclient-async", "rate", "ts-sdk", 2.0),
+    # The rule engine's: with 100 rules, no more than 2x the cost of one rule.
+    Target("permclient-rules-100", "cpu", "permclient-rules-1", 2.0),
 ]
+
+
+# ------------------------------------------------------------------ the editor rules
+
+_OTHER_WORKSPACE = "/home/dev/src/simhost"
+_EXPIRED = datetime(2026, 1, 31, 18, 0, tzinfo=UTC)
+_LATER = datetime(2099, 12, 31, 18, 0, tzinfo=UTC)
+_CREATED = datetime(2026, 11, 2, 9, 30, tzinfo=UTC)
+
+
+def _decoy_rules() -> list[Any]:
+    """99 rules an editor may have saved, none of which decides the agent's requests
+    (``pytest -q tests/test_client.py -k cancel``, kind ``execute``, in ``WORKSPACE``,
+    sessions ``session_name(k)``): other programs and subcommands, other kinds, path
+    and title globs, deny rules that do not match, rules of another workspace, of
+    another session or expired, and a few that are looked at for every such request
+    (the rules naming ``pytest``, of kind ``execute``, or of neither kind nor command)
+    and fail on a later condition."""
+    from permclient.rules import EditorRule
+
+    def allow(scope: str = "workspace", **matches: Any) -> EditorRule:
+        return _rule("allow", scope, **matches)
+
+    def deny(scope: str = "everywhere", **matches: Any) -> EditorRule:
+        return _rule("deny", scope, **matches)
+
+    def _rule(effect: str, scope: str, **matches: Any) -> EditorRule:
+        where: dict[str, Any] = {"lifetime": "revoked", "created": _CREATED}
+        if scope == "workspace":
+            where["workspace"] = WORKSPACE
+        elif scope == "session":
+            where["lifetime"] = "session"
+        where |= matches
+        return EditorRule(effect=effect, scope=scope, **where)  # type: ignore[arg-type]
+
+    commands = [
+        "git status", "git diff", "git log", "git show", "git branch", "git fetch",
+        "git stash list", "git blame", "git rev-parse", "npm test", "npm run lint",
+        "npm run build", "npm ci", "npx tsc", "npx eslint", "cargo build", "cargo test",
+        "cargo check", "cargo clippy", "cargo fmt", "go test", "go build", "go vet",
+        "make test", "make lint", "ruff check", "ruff format", "mypy", "uv sync",
+        "uv run ruff", "python -m pytest", "python -m mypy", "pip list", "tox -e",
+        "node --version", "pnpm test", "pre-commit run", "black --check", "wc -l",
+        "rg", "grep -rn", "head", "cat", "ls", "tree", "du -sh", "docker ps",
+        "kubectl get pods", "terraform plan",
+    ]  # fmt: skip
+    rules = [allow(command=tuple(c.split())) for c in commands]  # 49
+    rules += [
+        allow("everywhere", command=("pwd",)),
+        allow("everywhere", command=("which",)),
+        allow("everywhere", command=("echo",)),
+        allow("everywhere", command=("date",)),
+        allow("everywhere", command=("uname", "-a")),
+        allow("everywhere", command=("env",), kinds=("execute",)),
+    ]  # 55
+    rules += [  # deny rules that do not match (the two naming pytest are checked)
+        deny(command=("rm", "-rf")),
+        deny(command=("git", "push", "--force")),
+        deny(command=("git", "reset", "--hard")),
+        deny(command=("git", "clean", "-fdx")),
+        deny(command=("sudo",)),
+        deny(command=("curl",)),
+        deny(command=("wget",)),
+        deny(command=("chmod", "-R", "777")),
+        deny(command=("docker", "run", "--privileged")),
+        deny(command=("npm", "publish")),
+        deny(command=("kubectl", "delete")),
+        deny(command=("terraform", "apply")),
+        deny(command=("pytest", "--pdb")),
+        deny("workspace", workspace=WORKSPACE, command=("pytest", "--runslow")),
+    ]  # 69
+    # Near misses: naming pytest, of kind execute, or of neither kind nor command, all
+    # but one (another workspace's) are candidates for every request: with the two
+    # deny rules above and the last rule, 20 candidates a request.
+    rules += [
+        allow(command=("pytest", "-x")),
+        allow(command=("pytest", "tests/test_rules.py"), kinds=("execute",)),
+        allow(command=("pytest", "-q", "tests/test_client.py", "-k", "timeout")),
+        allow(
+            "session", session_id=session_name(0), command=("pytest", "-q", "tests/test_page.py")
+        ),
+        allow("session", session_id="sess_9999_0badc0de", command=("pytest",)),
+        allow("workspace", workspace=_OTHER_WORKSPACE, command=("pytest",)),
+        allow(command=("pytest",), lifetime="until", until=_EXPIRED),
+        allow(command=("pytest", "--lf"), lifetime="until", until=_LATER),
+        allow(kinds=("execute",), title="Run `npm *`"),
+        allow(kinds=("execute",), title="Run `make *`"),
+        deny(kinds=("execute",), paths=("**/.env", "**/.env.*")),
+        deny(kinds=("execute",), paths=("/etc/**", "/usr/**")),
+        deny(paths=("**/*.pem", "**/id_rsa*", "**/.ssh/**")),
+        deny("workspace", workspace=WORKSPACE, paths=("secrets/**",)),
+        allow(paths=("docs/**",)),
+        allow(paths=("build/**", "dist/**")),
+        allow(title="Read *"),
+        deny(title="*--no-verify*"),
+    ]  # 87
+    rules += [  # other kinds
+        allow(kinds=("edit",), paths=("permclient/**/*.py",)),
+        allow(kinds=("edit",), paths=("tests/**/*.py",)),
+        allow(kinds=("edit",), paths=("docs/*.md", "CHANGELOG.md")),
+        allow("workspace", workspace=_OTHER_WORKSPACE, kinds=("edit",), paths=("**",)),
+        allow("everywhere", kinds=("read",), paths=("**/*.py", "**/*.md")),
+        allow(kinds=("read", "search")),
+        deny(kinds=("edit",), paths=("pyproject.toml", ".github/**", "**/*.lock")),
+        deny(kinds=("delete", "move")),
+        allow("everywhere", kinds=("fetch",), title="Fetch https://docs.python.org/*"),
+        allow(kinds=("fetch",), title="Fetch https://github.com/*"),
+        allow("everywhere", kinds=("think",)),
+        allow("session", session_id=session_name(1), kinds=("switch_mode",)),
+    ]  # 99
+    return rules
+
+
+def editor_rules(count: int) -> list[Any]:
+    """``count`` (1 to 100) editor rules, of which the last, and only the last,
+    decides the agent's requests: it allows ``pytest`` in the workspace (the rule a
+    card suggests for them), so the engine answers with the offered ``allow_once``
+    option, whose id is ``allow``."""
+    from permclient.rules import EditorRule
+
+    answering = EditorRule(
+        effect="allow",
+        scope="workspace",
+        lifetime="revoked",
+        workspace=WORKSPACE,
+        kinds=("execute",),
+        command=("pytest",),
+        created=_CREATED,
+    )
+    decoys = _decoy_rules()
+    if not 1 <= count <= len(decoys) + 1:
+        raise ValueError(f"1 to {len(decoys) + 1} rules, not {count}")
+    return [*decoys[: count - 1], answering]
+
+
+def rule_engine(count: int, sessions: int) -> Any:
+    """A ``RuleEngine`` over ``editor_rules(count)``, checked: the last rule answers
+    every session's request with ``allow``."""
+    import permclient
+    from permclient.rules import RuleEngine
+
+    engine = RuleEngine(editor_rules(count), workspace=WORKSPACE)
+    for k in range(sessions):
+        params = msgspec.json.encode(permission_params(session_name(k), f"call_{k}"))
+        request = msgspec.json.decode(params, type=permclient.PermissionRequest)
+        found = engine.match(request)
+        if found is None or found.number != count or found.decision.option_id != "allow":
+            raise SystemExit(f"rules-{count}: the last rule does not answer allow: {found}")
+    return engine
 
 
 def _shape_flags(args: argparse.Namespace) -> list[str]:
@@ -352,6 +520,12 @@ async def _permclient_runs(config: Config, args: argparse.Namespace, log: str) -
         handler = permclient.rule(lambda request: allow)
     elif config.shape == "deferred":
         handler = permclient.deferred(ask)
+    elif config.shape in ("rules-1", "rules-100"):
+        engine = rule_engine(int(config.shape.partition("-")[2]), args.sessions)
+        # The engine's own function, in a plain rule: the connection tells a rule
+        # by ``type(handler) is Rule``, so a RuleEngine (a subclass) registered as
+        # it is would be run as an async handler (and fail: it is not callable).
+        handler = permclient.rule(engine.function)
     else:
         handler = allow_after_checkpoint
     name: permclient.DialectName = "bridge" if config.dialect == "bridge" else "acp"
@@ -652,6 +826,7 @@ def report(configs: list[Config], rounds: list[dict[str, dict[str, float]]]) -> 
         "figures measured one after the other);\nmin..max of those ratios, and the ratio "
         "of the two medians over all rounds, in brackets:"
     )
+    width = max(len(str(target)) for target in TARGETS)
     for target in TARGETS:
         if target.key not in median or target.versus not in median:
             print(f"  {target}: not measured")
@@ -661,7 +836,7 @@ def report(configs: list[Config], rounds: list[dict[str, dict[str, float]]]) -> 
         of_medians = target.ratio(median[target.key], median[target.versus])
         verdict = "MET" if target.met(paired) else "NOT MET"
         print(
-            f"  {target!s:<52} {paired:6.2f}x  [{min(per_round):.2f}..{max(per_round):.2f}; "
+            f"  {target!s:<{width}} {paired:6.2f}x  [{min(per_round):.2f}..{max(per_round):.2f}; "
             f"of medians {of_medians:.2f}x]  {verdict}"
         )
 

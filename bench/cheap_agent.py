@@ -35,6 +35,8 @@ import msgspec
 PERMISSION_METHOD = "session/request_permission"
 START_METHODS = frozenset({"bench/start", "_bench/start"})
 READ_SIZE = 256 * 1024
+WORKSPACE = "/home/dev/src/permclient"
+"""The workspace every request acts in (its ``cwd``; its location is inside it)."""
 
 
 def session_name(index: int) -> str:
@@ -51,12 +53,12 @@ def tool_call(tool_call_id: str) -> dict[str, Any]:
         "status": "pending",
         "rawInput": {
             "command": ["pytest", "-q", "tests/test_client.py", "-k", "cancel"],
-            "cwd": "/home/dev/src/permclient",
+            "cwd": WORKSPACE,
             "env": {"PYTHONHASHSEED": "0"},
             "timeout_ms": 120000,
             "description": "Run the cancellation tests after the fix in _client.py",
         },
-        "locations": [{"path": "/home/dev/src/permclient/tests/test_client.py"}],
+        "locations": [{"path": f"{WORKSPACE}/tests/test_client.py"}],
     }
 
 

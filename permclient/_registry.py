@@ -16,6 +16,7 @@ from typing import Any, Final, Literal, TypeAlias
 import msgspec
 
 from ._wire import Cancelled, Decision, PermissionOption, Selected
+from .rules import reason_of, with_reason
 
 # How the latest questions ended, kept (so a late answer is told how its question
 # ended rather than "no such question", and a late waiter gets the ending), the
@@ -62,13 +63,22 @@ class Requested(msgspec.Struct, tag="requested", tag_field="type", rename="camel
     question: RelayQuestion
 
 
-class Resolved(msgspec.Struct, tag="resolved", tag_field="type", rename="camel", frozen=True):
-    """A view answered: ``outcome`` is what the agent got; ``by`` names the view."""
+class Resolved(
+    msgspec.Struct,
+    tag="resolved",
+    tag_field="type",
+    rename="camel",
+    frozen=True,
+    omit_defaults=True,
+):
+    """A view answered: ``outcome`` is what the agent got; ``by`` names the view;
+    ``reason`` is the person's reason for a denial, sent to the agent (absent if none)."""
 
     question_id: str
     outcome: Literal["selected", "cancelled"]
     option_id: str | None
     by: str
+    reason: str | None = None
 
 
 WithdrawnReason: TypeAlias = Literal[
@@ -173,14 +183,20 @@ class PendingRegistry:
         return self._ended.get(question_id)
 
     def answer(
-        self, question_id: Any, answer: Any, view: str, session_id: Any = None
+        self,
+        question_id: Any,
+        answer: Any,
+        view: str,
+        session_id: Any = None,
+        reason: str | None = None,
     ) -> tuple[Decision, Resolved] | AnswerRefused:
         """The first valid answer to a pending question resolves it: the decision to
         give the agent (``selected`` only for an offered option id, see
         :func:`decision_of`) and what every view is told. Anything else changes
         nothing and says why: an id that is not a string or names no question, a
         question already resolved or withdrawn (resolving twice is a no-op), or a
-        ``session_id`` that is given and is not the question's."""
+        ``session_id`` that is given and is not the question's. ``reason`` goes with
+        a denial only (an offered ``reject_*`` option, see :func:`with_reason`)."""
         if type(question_id) is not str:
             return AnswerRefused("", "the answer names no question")
         question = self._pending.get(question_id)
@@ -197,7 +213,11 @@ class PendingRegistry:
         del self._pending[question_id]
         by = view[:VIEW_NAME_MAX]
         if isinstance(decision, Selected):
-            resolved = Resolved(question_id, "selected", decision.option_id, by)
+            chosen = next(o for o in question.options if o.option_id == decision.option_id)
+            if reason and chosen.kind.startswith("reject"):
+                decision = with_reason(decision, reason)
+            given = reason_of(decision.meta)
+            resolved = Resolved(question_id, "selected", decision.option_id, by, given)
         else:
             resolved = Resolved(question_id, "cancelled", None, by)
         self._remember(resolved)

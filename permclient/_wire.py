@@ -601,7 +601,6 @@ permission_request_decoder = msgspec.json.Decoder(PermissionRequest)
 """Decodes ``session/request_permission`` params; raises :class:`msgspec.ValidationError`."""
 
 
-
 class _PartlyKnownToolCall(msgspec.Struct, rename="camel"):
     tool_call_id: str
     title: str | None = None

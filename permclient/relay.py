@@ -25,7 +25,7 @@ the client. No web framework is imported: ``simhost serve`` builds on this.
 from __future__ import annotations
 
 import functools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from types import TracebackType
 from typing import Any, Final
 
@@ -135,12 +135,21 @@ class Relay:
     """A pending registry behind a deferred handler, and the views that answer it.
 
     ``view_buffer``: how many events a view may fall behind by before it is dropped.
+    ``on_event``: called with every event as it happens, before any view gets it
+    (an audit trail: it never falls behind); it must not block.
     """
 
-    def __init__(self, *, view_buffer: int = DEFAULT_VIEW_BUFFER) -> None:
+    def __init__(
+        self,
+        *,
+        view_buffer: int = DEFAULT_VIEW_BUFFER,
+        on_event: Callable[[RelayEvent], None] | None = None,
+    ) -> None:
         if view_buffer < 1:
             raise ValueError("view_buffer must be at least 1")
         self._view_buffer = view_buffer
+        self.on_event = on_event
+        """Called with every event before any view gets it (settable)."""
         self._registry = PendingRegistry()
         self._questions: dict[str, Question] = {}
         self._subscriptions: list[Subscription] = []
@@ -177,7 +186,13 @@ class Relay:
         return subscription
 
     def answer(
-        self, question_id: Any, answer: Any, *, view: str, session_id: Any = None
+        self,
+        question_id: Any,
+        answer: Any,
+        *,
+        view: str,
+        session_id: Any = None,
+        reason: str | None = None,
     ) -> Resolved | AnswerRefused:
         """Answer the question ``question_id`` for the view named ``view``.
 
@@ -186,12 +201,17 @@ class Relay:
         "cancelled"}``: only an offered option id is ``selected``, anything else
         ``cancelled``. Returns the :class:`Resolved` every view is told, or why the
         answer changed nothing (:class:`AnswerRefused`, told to no one else).
-        ``session_id``, if given, must be the question's.
+        ``session_id``, if given, must be the question's. ``reason`` (the person's
+        words) goes to the agent in the answer's ``_meta`` when the answer selects a
+        ``reject_*`` option (:func:`permclient.rules.with_reason`), and is ignored
+        otherwise.
         """
         if type(question_id) is str:
             self._notice(question_id)
         question = self._questions.get(question_id) if type(question_id) is str else None
-        result = self._registry.answer(question_id, answer, view[:VIEW_NAME_MAX], session_id)
+        result = self._registry.answer(
+            question_id, answer, view[:VIEW_NAME_MAX], session_id, reason
+        )
         if isinstance(result, AnswerRefused):
             return result
         decision, resolved = result
@@ -294,6 +314,8 @@ class Relay:
             self._withdrawn(question_id, "answered elsewhere")
 
     def _broadcast(self, event: RelayEvent) -> None:
+        if self.on_event is not None:
+            self.on_event(event)
         self._subscriptions = [s for s in self._subscriptions if s._deliver(event)]
 
     def _unsubscribe(self, subscription: Subscription) -> None:

@@ -374,21 +374,26 @@ def glob_escape(path: str) -> str:
     return re.sub(r"([*?\[])", r"[\1]", path)
 
 
-def _glob_matches(glob: str, path: str, workspace: str) -> bool:
-    if glob.startswith("/"):
-        target = path
-    elif _inside(path, workspace) and path != workspace:
-        target = path[len(workspace.rstrip("/")) + 1 :]
-    else:
-        return False
-    return _glob_pattern(glob).fullmatch(target) is not None
-
-
 # ---------------------------------------------------------------- matching
 
 
-def _covers(rule: EditorRule, subject: Subject, workspace: str) -> bool:
-    """Whether every condition of ``rule`` holds for ``subject``."""
+def _relative_paths(subject: Subject, workspace: str) -> tuple[tuple[str, str | None], ...]:
+    """Each path, with its workspace-relative form (``None`` outside it): computed
+    once per request, matched against every rule's globs."""
+    prefix = workspace.rstrip("/") + "/"
+    return tuple(
+        (path, path[len(prefix) :] if path.startswith(prefix) and "\x00" not in path else None)
+        for path in subject.paths
+    )
+
+
+def _covers(
+    entry: _Entry,
+    subject: Subject,
+    relative: tuple[tuple[str, str | None], ...],
+) -> bool:
+    """Whether every condition of the entry's rule holds for ``subject``."""
+    rule = entry.rule
     if rule.kinds and subject.kind not in rule.kinds:
         return False
     if rule.command:
@@ -401,15 +406,15 @@ def _covers(rule: EditorRule, subject: Subject, workspace: str) -> bool:
             if not any(words[i : i + size] == rule.command for i in range(len(words))):
                 return False
     if rule.paths:
-        if not subject.paths:
+        if not relative:
             return False
-        found = (
-            any(_glob_matches(glob, path, workspace) for glob in rule.paths)
-            for path in subject.paths
-        )
-        if not (all(found) if rule.effect == "allow" else any(found)):
+        matches = entry.path_matches
+        if rule.effect == "allow":
+            if not all(matches(path, rel) for path, rel in relative):
+                return False
+        elif not any(matches(path, rel) for path, rel in relative):
             return False
-    return rule.title is None or fnmatch.fnmatchcase(subject.title or "", rule.title)
+    return entry.title is None or entry.title.match(subject.title or "") is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -428,6 +433,29 @@ class _Entry:
     rule: EditorRule
     number: int
     hits: int = 0
+    relative: re.Pattern[str] | None = None  # the rule's relative globs, as one pattern
+    absolute: re.Pattern[str] | None = None  # its absolute ones
+    title: re.Pattern[str] | None = None  # its title glob (fnmatch's)
+
+    def __post_init__(self) -> None:
+        if self.rule.title is not None:
+            self.title = re.compile(fnmatch.translate(self.rule.title))
+        globs = self.rule.paths
+        rel = [_glob_pattern(g).pattern for g in globs if not g.startswith("/")]
+        absolute = [_glob_pattern(g).pattern for g in globs if g.startswith("/")]
+        self.relative = re.compile("|".join(f"(?:{x})" for x in rel), re.S) if rel else None
+        self.absolute = (
+            re.compile("|".join(f"(?:{x})" for x in absolute), re.S) if absolute else None
+        )
+
+    def path_matches(self, path: str, relative: str | None) -> bool:
+        if self.absolute is not None and self.absolute.fullmatch(path) is not None:
+            return True
+        return (
+            relative is not None
+            and self.relative is not None
+            and self.relative.fullmatch(relative) is not None
+        )
 
 
 _NO_ENTRIES: Final[tuple[_Entry, ...]] = ()
@@ -453,6 +481,7 @@ class RuleEngine(Rule):
         "_clock",
         "_entries",
         "_general",
+        "_kind_lists",
         "_resolve",
         "on_answer",
         "workspace",
@@ -479,6 +508,7 @@ class RuleEngine(Rule):
         self._by_word: dict[str, list[_Entry]] = {}
         self._by_kind: dict[str, list[_Entry]] = {}
         self._general: list[_Entry] = []
+        self._kind_lists: dict[str | None, list[_Entry]] = {}
         self.replace_rules(rules)
 
     # -- the rules
@@ -534,6 +564,9 @@ class RuleEngine(Rule):
                     self._by_kind.setdefault(kind, []).append(entry)
             else:
                 self._general.append(entry)
+        self._kind_lists = {None: self._general}
+        for kind, entries in self._by_kind.items():
+            self._kind_lists[kind] = sorted([*self._general, *entries], key=_number)
 
     # -- deciding
 
@@ -548,6 +581,16 @@ class RuleEngine(Rule):
             self.on_answer(RuleAnswer(entry.rule, entry.number, request, decision))
         return decision
 
+    def record(self, answer: RuleAnswer) -> None:
+        """Count ``answer`` (one :meth:`match` gave) as given, and tell ``on_answer``:
+        for a host that answers a question already pending with it."""
+        for entry in self._entries:
+            if entry.rule is answer.rule:
+                entry.hits += 1
+                break
+        if self.on_answer is not None:
+            self.on_answer(answer)
+
     def match(self, request: PermissionRequest) -> RuleAnswer | None:
         """The rule that would answer ``request`` and how, without counting it."""
         found = self._match(request)
@@ -557,19 +600,21 @@ class RuleEngine(Rule):
 
     def _match(self, request: PermissionRequest) -> tuple[_Entry, Selected] | None:
         kind = request.tool_call.kind
-        candidates = list(self._general)
-        if kind is not None:
-            candidates += self._by_kind.get(kind, _NO_ENTRIES)
+        candidates: list[_Entry] = self._kind_lists.get(kind, self._general)
         raw = _raw_input(request.tool_call.raw_input_json)
         if self._by_word:  # the rules naming a word of the command
             command = raw.get("command") if isinstance(raw, dict) else None
-            for word in set(_command_words(command)[1]):
-                candidates += self._by_word.get(word, _NO_ENTRIES)
+            found = [
+                entry
+                for word in set(_command_words(command)[1])
+                for entry in self._by_word.get(word, _NO_ENTRIES)
+            ]
+            if found:  # in number order (each is found once: by its first word)
+                candidates = sorted([*candidates, *found], key=_number)
         if not candidates:
             return None
-        if len(candidates) > 1:  # in number order, each once
-            candidates = sorted({id(e): e for e in candidates}.values(), key=_number)
         subject = _subject(request, raw, self.workspace, self._resolve)
+        relative = _relative_paths(subject, self.workspace)
         now: datetime | None = None
         denies: list[_Entry] = []
         allows: list[_Entry] = []
@@ -581,7 +626,7 @@ class RuleEngine(Rule):
                 now = now or self._clock()
                 if now >= rule.until:
                     continue
-            if _covers(rule, subject, self.workspace):
+            if _covers(entry, subject, relative):
                 (denies if rule.effect == "deny" else allows).append(entry)
         if denies:  # a deny beats an allow, even one it cannot answer with
             return _answering(denies, request, "reject")

@@ -4,7 +4,8 @@
 workspace). Each line is an :class:`AuditRecord`: when, which session and tool
 call, what was asked (title, kind, command, paths), the outcome and option, who
 answered (``person``, ``rule``, ``batch``) or why it was cancelled
-(``runtime``: withdrawn by the agent, ``turn``, ``timeout``, ``teardown``),
+(``runtime``: withdrawn by the agent, ``turn``, ``timeout``, ``teardown``;
+``elsewhere``: answered by host code outside the views),
 the detail (the view, the rule, the key), and the person's reason if any.
 Lines are appended whole (``O_APPEND``); a line that cannot be read is skipped
 by the reader, never fatal.
@@ -30,7 +31,9 @@ MAX_FIELD: Final = 2000
 """The longest string kept in a record (characters): the rest is cut."""
 
 Outcome = Literal["allowed", "denied", "cancelled"]
-AnsweredBy = Literal["person", "rule", "batch", "runtime", "turn", "timeout", "teardown"]
+AnsweredBy = Literal[
+    "person", "rule", "batch", "runtime", "turn", "timeout", "teardown", "elsewhere"
+]
 
 
 class AuditRecord(msgspec.Struct, rename="camel", omit_defaults=True, kw_only=True):

@@ -15,8 +15,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from permclient.rules import EditorRule, RuleAnswer, RuleEngine, load_rules, save_rules
+from simhost.audit import AUDIT_NAME, AuditLog
+from simhost.runtime.sessions import default_state_dir
 
-__all__ = ["RULES_NAME", "RuleBook", "user_rules_file"]
+__all__ = ["RULES_NAME", "RuleBook", "open_rules", "user_rules_file"]
 
 RULES_NAME = "rules.toml"
 
@@ -96,3 +98,11 @@ class RuleBook:
 
     def _kept_in(self, path: Path) -> list[EditorRule]:
         return [rule for rule in self.engine.rules if self.file_of(rule) == path]
+
+
+def open_rules(workspace: Path, state_dir: Path | None) -> tuple[RuleBook, AuditLog, list[str]]:
+    """The rule book and audit trail of ``workspace`` (kept in ``state_dir``, or the
+    workspace's default state folder), and a warning per rule that cannot be read."""
+    state = state_dir or default_state_dir(workspace)
+    book = RuleBook(workspace, workspace_file=state / RULES_NAME)
+    return book, AuditLog(state / AUDIT_NAME), book.load()

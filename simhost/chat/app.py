@@ -666,7 +666,7 @@ class ChatApp:
         for approval in self.queue:
             found = book.engine.match(approval.request)
             if found is not None and found.rule is rule:
-                book.engine.decide(approval.request)  # counted, with its receipt
+                book.engine.record(found)  # counted, with its receipt
                 approval.answer(found.decision)
                 self.queue.remove(approval)
         if card in self.queue:
@@ -864,8 +864,14 @@ class ChatApp:
     def _card_hint(self, card: Approval) -> Text:
         count = len(card.request.options)
         keys = f"1-{count}" if count > 1 else "1"
+        rules = len(card.suggestions)
         if self.options.input_mode == "lines":
-            return Text(f"Answer with a line: {keys}, or esc (cancelled).", style="bold")
+            also = f", {_RULE_KEYS[:rules]} (an editor rule)" if rules else ""
+            return Text(
+                f"Answer with a line: {keys} (a deny option may be followed by a reason){also}, "
+                "or esc (cancelled).",
+                style="bold",
+            )
         if self.editor.text:
             return Text(
                 "Your prompt line has text: clear it (Ctrl-U) to answer this card.", style="bold"
@@ -895,6 +901,8 @@ class ChatApp:
             return Text("… (read the card: keys go to the prompt line for now)", style="dim italic")
         keyed = min(count, KEYED_OPTIONS)  # the hint names only keys that answer
         hint = Text(f"Press {f'1-{keyed}' if keyed > 1 else '1'} to choose", style="bold")
+        if rules:
+            hint.append(f" · {'a' if rules == 1 else f'a-{_RULE_KEYS[rules - 1]}'} saves a rule")
         if count > KEYED_OPTIONS:
             hint.append(" (options after 9 have no key)", style="dim")
         hint.append(" · Esc answers cancelled · Enter does nothing · Ctrl-C cancels the turn")

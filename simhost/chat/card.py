@@ -518,22 +518,28 @@ class PermissionCard:
         grid.add_column(no_wrap=True)
         for number, option in enumerate(shown, start=1):
             name = escaped(option.name, OPTION_STYLES.get(option.kind, ""), limit=chars)
-            kind = escaped(option.kind, "dim")
             if option.kind.endswith("_always"):
-                kind.append(" (the agent's: it decides what this covers)", style="dim")
+                name.append(" (the agent decides what this covers)", style="dim")
             grid.add_row(
                 Text(f"{number:>2} ", style=_NUMBER_STYLE),
                 _one_row(name) if compact else name,
-                kind,
+                escaped(option.kind, "dim"),
             )
-        for key, label in zip(EDITOR_RULE_KEYS, self.editor_rules, strict=False):
-            style = "green" if label.startswith("Always allow") else "red"
-            text = escaped(label, style, limit=chars)
-            grid.add_row(
-                Text(f" {key} ", style=_NUMBER_STYLE),
-                _one_row(text) if compact else text,
-                Text("editor rule", style="dim"),
-            )
+        rules: list[RenderableType] = []
+        if self.editor_rules:
+            rules_grid = Table.grid(padding=(0, 2))
+            rules_grid.add_column(no_wrap=True)
+            rules_grid.add_column(overflow="fold")
+            for key, label in zip(EDITOR_RULE_KEYS, self.editor_rules, strict=False):
+                style = "green" if label.startswith("Always allow") else "red"
+                text = escaped(label, style, limit=chars)
+                rules_grid.add_row(
+                    Text(f" {key} ", style=_NUMBER_STYLE), _one_row(text) if compact else text
+                )
+            rules = [
+                Text("Editor rules (kept by the editor; /rules lists them)", style="bold"),
+                rules_grid,
+            ]
         lines: list[Text] = []
         if len(shown) < len(options):
             lines.append(
@@ -553,7 +559,7 @@ class PermissionCard:
             lines.append(self.hint if isinstance(self.hint, Text) else Text(self.hint))
         if compact:
             lines = [_one_row(line) for line in lines]
-        return [Text("Options", style="bold"), grid, *lines]
+        return [Text("Options", style="bold"), grid, *rules, *lines]
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         analysis = _analysis(self.request)

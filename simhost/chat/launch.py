@@ -26,9 +26,7 @@ from rich.text import Text
 
 import permclient
 from simhost._usage import USAGE, one_line, plain_console
-from simhost.audit import AUDIT_NAME, AuditLog
-from simhost.rulebook import RULES_NAME, RuleBook
-from simhost.runtime.sessions import default_state_dir
+from simhost.rulebook import open_rules
 
 from .app import DEFAULT_ARM_DELAY_S, DEFAULT_START_TIMEOUT_S, ChatApp, ChatOptions
 from .backends import AcpBackend
@@ -183,9 +181,8 @@ async def run_chat(
             _error(err_console, f"cannot use the state folder {config.state_dir}: {_why(exc)}")
             return USAGE
         stack.callback(log.close)
-        state = config.state_dir or default_state_dir(config.workspace)
-        rulebook = RuleBook(config.workspace, workspace_file=state / RULES_NAME)
-        for warning in rulebook.load():  # a rule that cannot be read is skipped, and said
+        rulebook, audit, warnings = open_rules(config.workspace, config.state_dir)
+        for warning in warnings:  # a rule that cannot be read is skipped, and said
             console.print(Text(f"rules: {visible(warning)}", style="yellow"), soft_wrap=True)
         app: ChatApp | None = None
         async with trio.open_nursery() as nursery:
@@ -207,7 +204,7 @@ async def run_chat(
                         log_tail=log.tail,
                         backend=backend,
                         rulebook=rulebook,
-                        audit=AuditLog(state / AUDIT_NAME),
+                        audit=audit,
                     )
                     terminal = raw_keyboard(stdin_fd) if keyboard else nullcontext()
                     with terminal, _permclient_logs_to(screen):

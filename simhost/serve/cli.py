@@ -19,7 +19,6 @@ from simhost.serve.protocol import TOKEN, TOKEN_ENV
 __all__ = ["serve_command"]
 
 
-
 def serve_command(
     workspace: Annotated[
         Path,

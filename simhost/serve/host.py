@@ -30,8 +30,11 @@ from permclient import (
 )
 from permclient.relay import Relay
 from simhost._updates import message_text
+from simhost.audit import AuditLog
 from simhost.chat.backends import Backend, Unsupported
+from simhost.rulebook import RuleBook
 
+from .editor import EditorDesk
 from .protocol import Error, Presets, ServerMessage, SessionEvent, SessionInfo, Sessions
 
 __all__ = ["Listener", "ServeHost", "ServedSession"]
@@ -135,12 +138,24 @@ class Listener:
 class ServeHost:
     """Sessions, prompts, turns and presets for the views of one agent."""
 
-    def __init__(self, client: Client, backend: Backend, relay: Relay) -> None:
+    def __init__(
+        self,
+        client: Client,
+        backend: Backend,
+        relay: Relay,
+        *,
+        rulebook: RuleBook | None = None,
+        audit: AuditLog | None = None,
+    ) -> None:
         self.client = client
         self.backend = backend
         self.relay = relay
         self.sessions: dict[str, ServedSession] = {}
         self._listeners: set[Listener] = set()
+        self.desk = (
+            EditorDesk(relay, rulebook, audit, self._broadcast) if rulebook is not None else None
+        )
+        """Editor rules, batches and the audit trail (``None``: questions go to the views)."""
         self._registrations = ExitStack()
         self._nursery: trio.Nursery | None = None
 
@@ -198,6 +213,10 @@ class ServeHost:
             self._registrations.enter_context(
                 self.client.permission_handler(session_id, self.relay.handler)
             )
+            if self.desk is not None:  # above the views: what no rule decides, they do
+                self._registrations.enter_context(
+                    self.client.permission_handler(session_id, self.desk.engine)
+                )
             self._registrations.enter_context(
                 self.client.on_session_notification(
                     session_id, functools.partial(self._on_notification, session_id)

@@ -29,6 +29,7 @@ from simhost.chat.backends import AcpBackend, Backend, BridgeBackend
 from simhost.chat.launch import ChatConfig, RuntimeLog
 from simhost.chat.protocol import InitializeResult
 from simhost.chat.text import visible
+from simhost.rulebook import open_rules
 
 from .host import ServeHost
 from .server import Gate, serve_relay
@@ -102,7 +103,10 @@ async def _serve(
 ) -> int:
     role = backend.role
     relay = Relay()
-    host = ServeHost(client, backend, relay)
+    rulebook, audit, warnings = open_rules(config.agent.workspace, config.agent.state_dir)
+    for warning in warnings:  # a rule that cannot be read is skipped, and said
+        err_console.print(Text(f"rules: {one_line(warning)}", style="yellow"), soft_wrap=True)
+    host = ServeHost(client, backend, relay, rulebook=rulebook, audit=audit)
     ended = trio.Event()  # Ctrl-C or SIGTERM, or the agent went away
     agent_gone = False
     serving = False  # (before, a start that fails says why itself)

@@ -19,6 +19,7 @@ from typing import Annotated, Any, Final, Literal, TypeAlias
 import msgspec
 
 from permclient.relay import AnswerRefused, Requested, Resolved, Withdrawn
+from permclient.rules import MAX_REASON
 
 PROTOCOL_VERSION: Final = 1
 # Where ``simhost serve`` and ``simhost approve`` read a token the person chose (a
@@ -32,11 +33,14 @@ MAX_PROMPT: Final = 32 * 1024  # characters
 # and its characters may take 4 bytes each): bigger ones are refused undecoded.
 MAX_MESSAGE: Final = 4 * MAX_PROMPT + 4096
 MAX_NAME: Final = 64
+MAX_BATCH: Final = 1000  # questions one batch answer names
 
 # A preset's id: the agent's (the reference runtime has ask, read-only, auto-edit).
 Preset: TypeAlias = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NAME)]
 ViewName: TypeAlias = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NAME)]
 PromptText: TypeAlias = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_PROMPT)]
+ReasonText: TypeAlias = Annotated[str, msgspec.Meta(max_length=MAX_REASON)]
+BatchWhat: TypeAlias = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
 
 
 class _ViewMessage(msgspec.Struct, tag_field="type", rename="camel", forbid_unknown_fields=True):
@@ -75,11 +79,53 @@ ViewDecision: TypeAlias = SelectedDecision | CancelledDecision
 
 
 class Answer(_ViewMessage, tag="answer"):
-    """Answer the question ``questionId`` of ``sessionId`` (cross-checked)."""
+    """Answer the question ``questionId`` of ``sessionId`` (cross-checked). ``reason``
+    goes to the agent with a denial (a ``reject_*`` option) and is ignored otherwise."""
 
     question_id: str
     session_id: str
     decision: ViewDecision
+    reason: ReasonText | None = None
+
+
+class SaveRule(_ViewMessage, tag="save_rule"):
+    """Save the editor rule ``index`` of those offered for the question (``rule_offers``);
+    it then answers that question and every pending one it covers."""
+
+    question_id: str
+    session_id: str
+    index: Annotated[int, msgspec.Meta(ge=0, lt=16)]
+
+
+class ListRules(_ViewMessage, tag="list_rules"):
+    pass
+
+
+class RevokeRule(_ViewMessage, tag="revoke_rule"):
+    """Revoke rule ``number``, which must still read ``rule`` (numbers move when a
+    rule is revoked: the words make sure it is the one the person saw)."""
+
+    number: Annotated[int, msgspec.Meta(ge=1)]
+    rule: Annotated[str, msgspec.Meta(max_length=4096)]
+
+
+class PreviewBatch(_ViewMessage, tag="preview_batch"):
+    """What a batch answer would answer now: the session's pending questions of a
+    tool kind (``read``, or ``reads``) or whose paths match a glob (``src/**``)."""
+
+    session_id: str
+    effect: Literal["allow", "deny"]
+    what: BatchWhat
+
+
+class AnswerBatch(_ViewMessage, tag="answer_batch"):
+    """Answer exactly the listed questions (those of a ``batch_preview``) that are
+    still pending and still covered."""
+
+    session_id: str
+    effect: Literal["allow", "deny"]
+    what: BatchWhat
+    question_ids: Annotated[list[str], msgspec.Meta(max_length=MAX_BATCH)]
 
 
 class Prompt(_ViewMessage, tag="prompt"):
@@ -112,7 +158,19 @@ class SetPreset(_ViewMessage, tag="set_preset"):
 
 
 ViewMessage: TypeAlias = (
-    Open | Answer | Prompt | CancelTurn | NewSession | ListSessions | ListPresets | SetPreset
+    Open
+    | Answer
+    | Prompt
+    | CancelTurn
+    | NewSession
+    | ListSessions
+    | ListPresets
+    | SetPreset
+    | SaveRule
+    | ListRules
+    | RevokeRule
+    | PreviewBatch
+    | AnswerBatch
 )
 
 
@@ -165,6 +223,68 @@ class Presets(_ServerMessage, tag="presets"):
     pending: Preset | None = None
 
 
+class RuleOffer(msgspec.Struct, rename="camel"):
+    """An editor rule a card offers: ``label`` says its whole scope and lifetime."""
+
+    index: int
+    effect: Literal["allow", "deny"]
+    label: str
+
+
+class RuleOffers(_ServerMessage, tag="rule_offers"):
+    """The editor rules offered for a question (sent after its ``requested``)."""
+
+    question_id: str
+    offers: list[RuleOffer]
+
+
+class RuleReceipt(_ServerMessage, tag="rule_receipt"):
+    """An editor rule answered a question (``questionId`` is empty for one that was
+    never shown: the rule answered it as it arrived)."""
+
+    session_id: str
+    tool_call_id: str
+    title: str
+    number: int
+    rule: str
+    outcome: Literal["allowed", "denied"]
+    question_id: str = ""
+
+
+class RuleRow(msgspec.Struct, rename="camel"):
+    number: int
+    effect: Literal["allow", "deny"]
+    rule: str
+    hits: int
+    kept_in: str  # a file, or "memory"
+
+
+class Rules(_ServerMessage, tag="rules"):
+    """Every editor rule, numbered (sent on ``list_rules`` and to every view when
+    they change)."""
+
+    rules: list[RuleRow]
+
+
+class BatchItem(msgspec.Struct, rename="camel"):
+    question_id: str
+    title: str
+    option_name: str
+
+
+class BatchPreview(_ServerMessage, tag="batch_preview"):
+    session_id: str
+    effect: Literal["allow", "deny"]
+    what: str
+    questions: list[BatchItem]
+
+
+class BatchAnswered(_ServerMessage, tag="batch_answered"):
+    session_id: str
+    what: str
+    answered: int
+
+
 class Error(_ServerMessage, tag="error"):
     """The view's message changed nothing, and why."""
 
@@ -181,6 +301,11 @@ ServerMessage: TypeAlias = (
     | Sessions
     | SessionEvent
     | Presets
+    | RuleOffers
+    | RuleReceipt
+    | Rules
+    | BatchPreview
+    | BatchAnswered
     | Error
 )
 

@@ -42,7 +42,7 @@ from starlette.websockets import WebSocket
 from wsproto.connection import ConnectionState
 from wsproto.events import CloseConnection
 
-from permclient.relay import AnswerRefused, Relay, Subscription
+from permclient.relay import AnswerRefused, Relay, Requested, Subscription
 
 from .host import Listener, ServeHost
 from .protocol import (
@@ -50,15 +50,20 @@ from .protocol import (
     MIN_TOKEN,
     TOKEN,
     Answer,
+    AnswerBatch,
     CancelTurn,
     Error,
     ListPresets,
+    ListRules,
     ListSessions,
     NewSession,
     Open,
     Opened,
+    PreviewBatch,
     Prompt,
     Replayed,
+    RevokeRule,
+    SaveRule,
     ServerMessage,
     SetPreset,
     decode_view_message,
@@ -293,8 +298,13 @@ class ViewSocket:
         left = events.replayed
         if not left:
             await self.send(Replayed(0))
+        desk = self.host.desk if self.host is not None else None
         async for event in events:
             await self.send(event)
+            if desk is not None and isinstance(event, Requested):
+                offers = desk.offers_for(event.question.question_id)
+                if offers is not None:
+                    await self.send(offers)
             left -= 1
             if left == 0:
                 await self.send(Replayed(events.replayed))
@@ -311,7 +321,11 @@ class ViewSocket:
         elif isinstance(message, Answer):
             decision = msgspec.to_builtins(message.decision)
             result = self.relay.answer(
-                message.question_id, decision, view=view, session_id=message.session_id
+                message.question_id,
+                decision,
+                view=view,
+                session_id=message.session_id,
+                reason=message.reason,
             )
             if isinstance(result, AnswerRefused):
                 await self.send(result)  # (a resolution reaches every view as an event)
@@ -343,6 +357,23 @@ class ViewSocket:
         elif isinstance(message, SetPreset):
             request = functools.partial(host.set_preset, message.session_id, message.preset)
             host.start_request(listener, request)
+        elif host.desk is None:
+            return Error("no editor rules here")
+        elif isinstance(message, SaveRule):
+            return host.desk.save_rule(message.question_id, message.session_id, message.index)
+        elif isinstance(message, ListRules):
+            return host.desk.rules()
+        elif isinstance(message, RevokeRule):
+            refused = host.desk.revoke(message.number, message.rule)
+            if refused is not None:
+                listener.deliver(host.desk.rules())
+            return refused
+        elif isinstance(message, PreviewBatch):
+            return host.desk.preview_batch(message.session_id, message.effect, message.what)
+        elif isinstance(message, AnswerBatch):
+            return host.desk.answer_batch(
+                message.session_id, message.effect, message.what, message.question_ids, view
+            )
         return None
 
 

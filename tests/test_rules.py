@@ -1,0 +1,1421 @@
+"""permclient.rules: editor approval rules, matched sans-I/O and kept in TOML.
+
+Everything here runs without an event loop or a file, but for ``load_rules`` /
+``save_rules`` (files under ``tmp_path``) and one test that registers an engine
+with a client over an in-memory stream. The workspace is ``/ws``, and no path is
+resolved (no symlinks): paths are compared as written, normalised.
+
+The properties check the engine against independent oracles: the words a shell
+would see are known from how a command was built (never parsed back), and globs
+are matched folder by folder with :func:`fnmatch.fnmatchcase`.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import posixpath
+import shlex
+import stat
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+import permclient
+from permclient import PermissionRequest, Selected
+from permclient.rules import (
+    MAX_REASON,
+    REASON_META_KEY,
+    TOOL_KINDS,
+    EditorRule,
+    RuleAnswer,
+    RuleEngine,
+    RuleFileError,
+    glob_escape,
+    load_rules,
+    reason_of,
+    save_rules,
+    subject_of,
+    suggested_rules,
+    with_reason,
+)
+
+from .peer import connected, selected
+
+WS = "/ws"
+KINDS = sorted(TOOL_KINDS)
+OPTION_KINDS = ["allow_once", "allow_always", "reject_once", "reject_always"]
+ALLOW_DENY = [
+    {"optionId": "yes", "name": "Allow", "kind": "allow_once"},
+    {"optionId": "no", "name": "Reject", "kind": "reject_once"},
+]
+EVERY_KIND = [
+    {"optionId": "yes", "name": "Allow", "kind": "allow_once"},
+    {"optionId": "yes-always", "name": "Always", "kind": "allow_always"},
+    {"optionId": "no", "name": "Reject", "kind": "reject_once"},
+    {"optionId": "no-always", "name": "Never", "kind": "reject_always"},
+]
+FAST = settings(max_examples=150, deadline=None)
+
+
+def request(
+    command: Any = None,
+    *,
+    kind: str | None = "execute",
+    title: str | None = "a tool call",
+    cwd: Any = None,
+    locations: list[str] | tuple[str, ...] = (),
+    diffs: list[str] | tuple[str, ...] = (),
+    options: list[dict[str, str]] | None = None,
+    session: str = "s1",
+    raw: dict[str, Any] | None = None,
+) -> PermissionRequest:
+    """A permission request as an ACP agent sends it (decoded from its JSON)."""
+    raw_input = dict(raw or {})
+    if command is not None:
+        raw_input["command"] = command
+    if cwd is not None:
+        raw_input["cwd"] = cwd
+    call: dict[str, Any] = {"toolCallId": "call-1", "rawInput": raw_input}
+    if kind is not None:
+        call["kind"] = kind
+    if title is not None:
+        call["title"] = title
+    if locations:
+        call["locations"] = [{"path": path} for path in locations]
+    if diffs:
+        call["content"] = [
+            {"type": "diff", "path": path, "newText": "new", "oldText": "old"} for path in diffs
+        ]
+    params = {"sessionId": session, "toolCall": call, "options": options or ALLOW_DENY}
+    return PermissionRequest.from_json(msgspec.json.encode(params))
+
+
+def rule(**fields: Any) -> EditorRule:
+    """An allow rule, everywhere, until revoked, unless ``fields`` say otherwise."""
+    fields.setdefault("effect", "allow")
+    fields.setdefault("scope", "everywhere")
+    fields.setdefault("lifetime", "revoked")
+    for name in ("kinds", "command", "paths"):
+        if isinstance(fields.get(name), list):
+            fields[name] = tuple(fields[name])
+    return EditorRule(**fields)
+
+
+def deny(**fields: Any) -> EditorRule:
+    return rule(effect="deny", **fields)
+
+
+def engine(*rules: EditorRule, **kwargs: Any) -> RuleEngine:
+    return RuleEngine(rules, workspace=kwargs.pop("workspace", WS), **kwargs)
+
+
+def answer(rules: EditorRule | list[EditorRule], req: PermissionRequest) -> str | None:
+    """The option id the rules answer ``req`` with, or ``None`` when they pass."""
+    found = engine(*(rules if isinstance(rules, list) else [rules])).decide(req)
+    if found is None:
+        return None
+    assert isinstance(found, Selected)
+    return found.option_id
+
+
+def option_kind(req: PermissionRequest, decision: object) -> str | None:
+    if decision is None:
+        return None
+    assert isinstance(decision, Selected)
+    offered = req.option(decision.option_id)
+    assert offered is not None, "an option that was not offered"
+    return offered.kind
+
+
+# ---------------------------------------------------------------- oracles
+
+
+def glob_covers(glob: str, path: str) -> bool:
+    """The oracle for a path glob: folder by folder, ``**`` a whole folder name.
+
+    ``path`` is absolute and normalised; a relative glob is read from the workspace.
+    """
+    if glob.startswith("/"):
+        target = path.split("/")
+        segments = glob.split("/")
+    else:
+        if not path.startswith(WS + "/"):
+            return False
+        target = path[len(WS) + 1 :].split("/")
+        segments = glob.split("/")
+    return _segments_match(segments, target)
+
+
+def _segments_match(glob: list[str], path: list[str]) -> bool:
+    if not glob:
+        return not path
+    if glob[0] == "**":
+        return any(_segments_match(glob[1:], path[i:]) for i in range(len(path) + 1))
+    return (
+        bool(path) and fnmatch.fnmatchcase(path[0], glob[0]) and _segments_match(glob[1:], path[1:])
+    )
+
+
+def normalised(path: str, cwd: str = WS) -> str:
+    return posixpath.normpath(posixpath.join(cwd, path))
+
+
+# ---------------------------------------------------------------- strategies
+
+WORDS = ["git", "status", "log", "-v", "--short", "a.txt", "src/a.py", "pytest", "x"]
+# Words a command must quote; quoted, each is one plain word the shell does not expand.
+QUOTED_WORDS = ["a b", "a;b", "$HOME", "*.py", "it's", "", "x|y", "`id`"]
+# Pieces of a command the shell would expand, redirect or chain.
+SHELL_PIECES = [
+    ";",
+    "&&",
+    "||",
+    "|",
+    "&",
+    "$(id)",
+    "`id`",
+    "$HOME",
+    "${x}",
+    ">out",
+    "<in",
+    "2>&1",
+    "*.py",
+    "a?",
+    "[ab]",
+    "~",
+    "~/x",
+    "a\nb",
+    "a\rb",
+    "#c",
+    "{a,b}",
+    "!!",
+    "\\x",
+    '"$HOME"',
+    '"`id`"',
+    "(x)",
+    "'open",
+    '"open',
+]
+GLOBS = [
+    "src/*.py",
+    "src/**",
+    "**/*.md",
+    "*",
+    "**",
+    "docs/?.txt",
+    "[ab]*",
+    "src[!x]a.py",
+    "src/**/test_*.py",
+    "*.[ch]",
+    "/ws/src/**",
+    "/ws/*",
+    "/etc/**",
+    "/**",
+]
+INSIDE_PATHS = [
+    "src/a.py",
+    "src/x/a.py",
+    "src/x/test_a.py",
+    "README.md",
+    "docs/a.txt",
+    "docs/ab.txt",
+    "docs/x/y.md",
+    "a.c",
+    "b",
+    "srcya.py",
+    "/ws/src/a.py",
+    "/ws/a.h",
+    "src/../b",
+]
+
+
+@st.composite
+def commands(draw: st.DrawFn) -> tuple[Any, tuple[str, ...] | None, tuple[str, ...]]:
+    """``(rawInput.command, the words the shell runs or None if it expands or chains,
+    the words as written)``."""
+    pieces = draw(
+        st.lists(
+            st.one_of(
+                st.sampled_from(WORDS).map(lambda w: ("word", w)),
+                st.sampled_from(WORDS).map(lambda w: ("word", w)),
+                st.sampled_from(QUOTED_WORDS).map(lambda w: ("word", w)),
+                st.sampled_from(SHELL_PIECES).map(lambda p: ("shell", p)),
+            ),
+            min_size=1,
+            max_size=4,
+        )
+    )
+    written = tuple(text for _, text in pieces)
+    shape = draw(st.sampled_from(["string", "string", "argv", "bash -lc", "none"]))
+    if shape == "none":  # a request with no command (a file edit, say)
+        return None, None, ()
+    if shape == "argv":  # no shell: every item is one word, as it is
+        return list(written), written, written
+    text = " ".join(shlex.quote(t) if what == "word" else t for what, t in pieces)
+    plain = None
+    if all(what == "word" for what, _ in pieces) and pieces:
+        plain = written
+    if shape == "bash -lc":
+        return ["bash", "-lc", text], plain, written
+    return text, plain, written
+
+
+@st.composite
+def allow_rules(draw: st.DrawFn) -> EditorRule:
+    command = tuple(draw(st.lists(st.sampled_from(WORDS + QUOTED_WORDS[:4]), max_size=3)))
+    paths = tuple(draw(st.lists(st.sampled_from(GLOBS), max_size=2)))
+    kinds = tuple(draw(st.lists(st.sampled_from(KINDS), max_size=2, unique=True)))
+    title = draw(st.sampled_from([None, None, "*", "Run *", "Edit src/*"]))
+    if not (command or paths or kinds or title):
+        kinds = ("execute",)
+    return rule(command=command, paths=paths, kinds=kinds, title=title)
+
+
+@st.composite
+def near_allow_rules(
+    draw: st.DrawFn, written: tuple[str, ...], paths: list[str], kind: str, title: str
+) -> EditorRule:
+    """An allow rule made from what a request says, so that it often just (mis)matches."""
+    usable = written[: written.index("")] if "" in written else written
+    command_choices: list[st.SearchStrategy[tuple[str, ...]]] = []
+    if usable:
+        prefix = st.integers(1, len(usable)).map(lambda n: usable[:n])
+        command_choices += [prefix, prefix.map(lambda words: (*words, "x"))]
+    command_choices += [
+        st.just(()),
+        st.lists(st.sampled_from(WORDS), min_size=1, max_size=2).map(tuple),
+    ]
+    relative = [posixpath.relpath(normalised(path), WS) for path in paths]
+    near_globs = [glob_escape(path) for path in relative]
+    near_globs += [posixpath.join(posixpath.dirname(path), "*") for path in relative]
+    globs = st.lists(st.sampled_from(near_globs + GLOBS), min_size=1, max_size=2).map(tuple)
+    command = draw(st.one_of(command_choices))
+    return rule(
+        command=command,
+        paths=draw(st.one_of(st.just(()), globs) if command else globs),
+        kinds=draw(st.sampled_from([(), (kind,), ("read", "edit"), ()])),
+        title=draw(st.sampled_from([None, "*", title, "Run *", None])),
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    data=st.data(),
+    command=commands(),
+    paths=st.lists(st.sampled_from(INSIDE_PATHS), max_size=3),
+    in_diff=st.booleans(),
+    kind=st.sampled_from(["execute", "edit", "read"]),
+    title=st.sampled_from(["Run git status", "Edit src/a.py", "x"]),
+)
+def test_a_rule_never_allows_a_command_or_path_it_does_not_cover(
+    data: st.DataObject,
+    command: tuple[Any, tuple[str, ...] | None, tuple[str, ...]],
+    paths: list[str],
+    in_diff: bool,
+    kind: str,
+    title: str,
+) -> None:
+    raw_command, plain, written = command
+    req = request(
+        raw_command,
+        kind=kind,
+        title=title,
+        locations=[] if in_diff else paths,
+        diffs=paths if in_diff else [],
+        options=EVERY_KIND,
+    )
+    near = near_allow_rules(written, paths, kind, title)
+    rules = data.draw(st.lists(st.one_of(near, near, allow_rules()), min_size=1, max_size=3))
+    rules_engine = engine(*rules)
+    decision = rules_engine.decide(req)
+    event(f"answered: {option_kind(req, decision)}")
+    if option_kind(req, decision) not in ("allow_once", "allow_always"):
+        return
+    found = rules_engine.match(req)
+    assert found is not None and found.decision == decision
+    chosen = found.rule
+    assert chosen.effect == "allow" and chosen is rules[found.number - 1]
+    if chosen.command:  # the words the shell runs start with the rule's
+        assert plain is not None, f"allowed a command the shell expands: {raw_command!r}"
+        assert plain[: len(chosen.command)] == chosen.command
+    if chosen.paths:  # every path matches one of its globs
+        assert paths
+        for path in paths:
+            target = normalised(path)
+            assert any(glob_covers(glob, target) for glob in chosen.paths), (path, chosen.paths)
+    if chosen.kinds:
+        assert kind in chosen.kinds
+    if chosen.title is not None:
+        assert fnmatch.fnmatchcase(title, chosen.title)
+    assert decision == Selected("yes")  # allow_once is offered: never the _always one
+
+
+OUTSIDE_PATHS = [
+    "../x",
+    "..",
+    "/etc/passwd",
+    "/ws/../etc/passwd",
+    "/wsx/a",
+    "//etc/passwd",
+    "/",
+    "~/.ssh/id_rsa",
+    "~",
+    "src/../../x",
+    "a\x00b",
+]
+OUTSIDE_CWDS = ["/", "/tmp", "..", "~", "~/ws", "/ws/../other", "/wsx", "/ws/src/../..", None, 3]
+OUTSIDE_COMMANDS: list[Any] = [
+    # plain, but a word names something outside
+    "cat /etc/passwd",
+    "ls ..",
+    "cat ../secret",
+    "cat src/../../x",
+    "git --git-dir=/etc status",
+    "cp a.txt /tmp/",
+    "cat '~/x'",
+    ["cat", "/etc/passwd"],
+    ["bash", "-lc", "cat ../x"],
+    # one the shell expands or chains: where it goes cannot be told
+    "cat ~/.ssh/id_rsa",
+    "cat $HOME/.ssh/id_rsa",
+    "cd / && ls",
+    "ls | tee /tmp/x",
+    "cat `echo /etc/passwd`",
+    "ls\ncat /etc/passwd",
+    "cat ${HOME}/x",
+    ["bash", "-lc", "cat ~/.netrc"],
+]
+
+
+@st.composite
+def broad_allow_rules(draw: st.DrawFn, req: PermissionRequest) -> list[EditorRule]:
+    """Allow rules that would cover ``req`` but for what it names outside."""
+    subject = subject_of(req, WS)
+    kind = req.tool_call.kind
+    made = [
+        rule(kinds=tuple(KINDS)),
+        rule(title="*"),
+        rule(paths=("**", "/**")),
+        rule(kinds=(kind,) if kind else (), paths=("/**",)),
+    ]
+    words = subject.words if subject.words is not None else subject.all_words
+    if words:
+        made.append(rule(command=words[: draw(st.integers(1, len(words)))]))
+        made.append(rule(command=words[:1], paths=("/**",)))
+    scope = draw(st.sampled_from(["everywhere", "workspace", "session"]))
+    where: dict[str, Any] = {"everywhere": {}, "workspace": {"workspace": WS}}.get(
+        scope, {"session_id": req.session_id}
+    )
+    use_always = draw(st.booleans())
+    return [replace(r, scope=scope, use_always=use_always, **where) for r in made] + draw(
+        st.lists(allow_rules(), max_size=2)
+    )
+
+
+@FAST
+@given(
+    data=st.data(),
+    base_words=st.lists(st.sampled_from(WORDS), min_size=1, max_size=3),
+    base_paths=st.lists(st.sampled_from(INSIDE_PATHS), max_size=2),
+    kind=st.sampled_from(["execute", "edit", "read", "other"]),
+    poison=st.sampled_from(["location", "diff", "cwd", "command", "cwd-relative"]),
+)
+def test_nothing_outside_the_workspace_is_ever_allowed_by_any_rule(
+    data: st.DataObject,
+    base_words: list[str],
+    base_paths: list[str],
+    kind: str,
+    poison: str,
+) -> None:
+    base: dict[str, Any] = {
+        "command": " ".join(base_words),
+        "kind": kind,
+        "locations": list(base_paths),
+        "diffs": [],
+        "options": EVERY_KIND,
+    }
+    inside = request(**base)
+    # The same request, all inside: the broadest rules allow it (this test is not vacuous).
+    assert not subject_of(inside, WS).outside
+    assert engine(rule(kinds=tuple(KINDS))).decide(inside) == Selected("yes")
+
+    if poison == "location":
+        base["locations"] = [*base_paths, data.draw(st.sampled_from(OUTSIDE_PATHS))]
+    elif poison == "diff":
+        base["diffs"] = [data.draw(st.sampled_from(OUTSIDE_PATHS))]
+    elif poison == "cwd":
+        cwd = data.draw(st.sampled_from(OUTSIDE_CWDS))
+        base["raw"] = {"cwd": cwd}  # (null and 3 too: not a folder's name)
+    elif poison == "cwd-relative":  # a path inside cwd, cwd inside, the path not
+        base["cwd"] = "/ws/src"
+        base["locations"] = ["../../etc/passwd"]
+    else:
+        base["command"] = data.draw(st.sampled_from(OUTSIDE_COMMANDS))
+    outside = request(**base)
+    assert subject_of(outside, WS).outside
+    rules = data.draw(broad_allow_rules(outside))
+    rules = data.draw(st.permutations(rules))
+    decision = engine(*rules).decide(outside)
+    assert option_kind(outside, decision) is None, (rules, decision)
+    assert suggested_rules(outside, workspace=WS, effect="allow") == []
+
+
+option_lists = st.lists(
+    st.tuples(st.text(min_size=1, max_size=8), st.sampled_from(OPTION_KINDS)),
+    min_size=1,
+    max_size=5,
+    unique_by=lambda option: option[0],
+).map(lambda options: [{"optionId": i, "name": i, "kind": k} for i, k in options])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    data=st.data(),
+    options=option_lists,
+    command=commands(),
+    paths=st.lists(st.sampled_from(INSIDE_PATHS + OUTSIDE_PATHS[:3]), max_size=2),
+    kind=st.sampled_from(["execute", "edit", "read"]),
+)
+def test_the_engine_never_answers_with_an_option_that_was_not_offered(
+    data: st.DataObject,
+    options: list[dict[str, str]],
+    command: tuple[Any, Any, tuple[str, ...]],
+    paths: list[str],
+    kind: str,
+) -> None:
+    req = request(command[0], kind=kind, locations=paths, options=options, title="Run x")
+    near = near_allow_rules(command[2], paths, kind, "Run x")
+    rules = [
+        replace(made, effect=data.draw(st.sampled_from(["allow", "deny"])), use_always=always)
+        for made, always in data.draw(
+            st.lists(
+                st.tuples(st.one_of(near, near, allow_rules()), st.booleans()),
+                min_size=1,
+                max_size=4,
+            )
+        )
+    ]
+    rules_engine = engine(*rules)
+    decision = rules_engine.decide(req)
+    if decision is None:
+        return
+    assert isinstance(decision, Selected) and decision.option_id in req.option_ids
+    found = rules_engine.match(req)
+    assert found is not None and found.decision == decision
+    chosen = req.option(decision.option_id)
+    assert chosen is not None
+    verb = "allow" if found.rule.effect == "allow" else "reject"
+    offered = [o for o in req.options if o.kind == f"{verb}_once"]
+    if not offered:  # an _always option only for a rule that says so
+        assert found.rule.use_always
+        offered = [o for o in req.options if o.kind == f"{verb}_always"]
+    assert chosen is offered[0]  # the first offered of the kind it needs
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    data=st.data(),
+    words=st.lists(st.sampled_from(WORDS), min_size=1, max_size=4),
+    paths=st.lists(st.sampled_from(INSIDE_PATHS), min_size=1, max_size=2),
+    options=option_lists,
+    kind=st.sampled_from(["execute", "edit"]),
+)
+def test_a_deny_rule_that_matches_beats_every_allow_rule(
+    data: st.DataObject,
+    words: list[str],
+    paths: list[str],
+    options: list[dict[str, str]],
+    kind: str,
+) -> None:
+    req = request(" ".join(words), kind=kind, locations=paths, options=options, title="Run")
+    covering_allows = [
+        rule(command=tuple(words[: data.draw(st.integers(1, len(words)))])),
+        rule(kinds=(kind,), use_always=True),
+        rule(title="*", use_always=data.draw(st.booleans())),
+        rule(paths=("**",), use_always=True),
+    ]
+    start = data.draw(st.integers(0, len(words) - 1))
+    end = data.draw(st.integers(start + 1, len(words)))
+    the_deny = data.draw(
+        st.sampled_from(
+            [
+                deny(command=tuple(words[start:end])),
+                deny(paths=(glob_escape(posixpath.relpath(normalised(paths[-1]), WS)),)),
+                deny(kinds=(kind,)),
+                deny(title="R*"),
+            ]
+        )
+    )
+    the_deny = replace(the_deny, use_always=data.draw(st.booleans()))
+    rules = data.draw(st.permutations([*covering_allows, the_deny]))
+    decision = engine(*rules).decide(req)
+    kinds = [option["kind"] for option in options]
+    if "reject_once" in kinds:
+        expected: str | None = options[kinds.index("reject_once")]["optionId"]
+    elif "reject_always" in kinds and the_deny.use_always:
+        expected = options[kinds.index("reject_always")]["optionId"]
+    else:  # the deny rule cannot answer: it passes, and no allow rule answers instead
+        expected = None
+    assert (decision.option_id if isinstance(decision, Selected) else None) == expected
+
+
+# -- saving and loading any rule
+
+TRICKY = st.sampled_from(list("\"\\'\n\t\r\x7f\x1b\u2028\u0085 #=[]{}$`~*?\ufeff\U0001f600"))
+unicode_text = st.text(
+    st.one_of(TRICKY, st.characters(codec="utf-8", exclude_characters="\x00")), max_size=12
+)
+words_text = unicode_text.filter(bool)
+any_text = st.text(st.one_of(TRICKY, st.characters(codec="utf-8")), max_size=12)  # NUL too
+offsets = st.one_of(
+    st.just(UTC),
+    st.integers(-(24 * 60 - 1), 24 * 60 - 1).map(lambda m: timezone(timedelta(minutes=m))),
+    # Offsets no TOML file can write (old zones' local mean time): saved in UTC.
+    st.timedeltas(
+        min_value=timedelta(hours=-23, minutes=-59), max_value=timedelta(hours=23, minutes=59)
+    ).map(timezone),
+)
+# (Not the first or last day of datetime's range: an offset of seconds is saved in UTC.)
+aware_times = st.datetimes(
+    min_value=datetime(2, 1, 1), max_value=datetime(9998, 12, 31), timezones=offsets
+)
+
+
+@st.composite
+def editor_rules(draw: st.DrawFn) -> EditorRule:
+    scope = draw(st.sampled_from(["session", "workspace", "everywhere"]))
+    lifetime = draw(st.sampled_from(["session", "until", "revoked"]))
+    needs_session = scope == "session" or lifetime == "session"
+    globs = st.one_of(st.sampled_from(GLOBS), words_text.map(glob_escape))
+    fields: dict[str, Any] = {
+        "effect": draw(st.sampled_from(["allow", "deny"])),
+        "scope": scope,
+        "lifetime": lifetime,
+        "session_id": draw(words_text if needs_session else st.none() | words_text),
+        "workspace": draw(
+            any_text.map(lambda t: "/" + t) if scope == "workspace" else st.none() | any_text
+        ),
+        "until": draw(aware_times) if lifetime == "until" else None,
+        "kinds": tuple(draw(st.lists(st.sampled_from(KINDS), max_size=3))),
+        "command": tuple(draw(st.lists(words_text, max_size=3))),
+        "paths": tuple(draw(st.lists(globs, max_size=3))),
+        "title": draw(st.none() | unicode_text),
+        "use_always": draw(st.booleans()),
+        "created": draw(st.none() | aware_times),
+        "note": draw(any_text),
+    }
+    if not (fields["kinds"] or fields["command"] or fields["paths"] or fields["title"]):
+        fields["command"] = (draw(words_text),)
+    return EditorRule(**fields)
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(rules=st.lists(editor_rules(), max_size=4))
+def test_saved_rules_load_back_equal_and_session_rules_are_not_saved(
+    rules: list[EditorRule], tmp_path: Path
+) -> None:
+    path = tmp_path / "rules.toml"
+    save_rules(path, rules)
+    loaded, errors = load_rules(path)
+    assert errors == []
+    assert loaded == [r for r in rules if r.lifetime != "session"]
+
+
+# ---------------------------------------------------------------- commands
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "git status",
+        "git status --short",
+        "git  status\t-v",
+        "'git' \"status\"",
+        "git status 'a b'",
+        'git status "a; b | c"',
+        "git status 'a; b $(c) `d` > e * ~ #'",
+        ["git", "status"],
+        ["git", "status", "a; rm -rf x"],  # no shell: one word, as it is
+        ["bash", "-lc", "git status"],
+        ["/bin/sh", "-c", "git status -v"],
+        ["zsh", "-ic", "git status"],
+    ],
+)
+def test_an_allow_command_rule_allows_a_plain_command_starting_with_its_words(
+    command: Any,
+) -> None:
+    assert answer(rule(command=["git", "status"]), request(command)) == "yes"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "git",
+        "git log",
+        "gitstatus",
+        "git statuses",
+        "status git",
+        "GIT status",
+        "echo git status",
+        ["git"],
+        ["bash", "-lc", "git status", "extra"],  # not a shell running one string
+        ["bash", "-e", "-c", "git status"],
+        ["bash", "-lc", "git log"],
+    ],
+)
+def test_an_allow_command_rule_does_not_match_other_words(command: Any) -> None:
+    assert answer(rule(command=["git", "status"]), request(command)) is None
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "git status; rm -rf x",
+        "git status && rm x",
+        "git status || rm x",
+        "git status | sh",
+        "git status & rm x",
+        "git status $(rm x)",
+        "git status `rm x`",
+        "git status $HOME",
+        'git status "$HOME"',
+        'git status "`id`"',
+        'git status "a\\"b"',
+        "git status > out",
+        "git status >> out",
+        "git status < in",
+        "git status 2>&1",
+        "git status *.py",
+        "git status ?",
+        "git status [ab]",
+        "git status {a,b}",
+        "git status ~",
+        "git status ~/x",
+        "git status\nrm x",
+        "git status\rrm x",
+        "git status 'a\nb'",
+        "git status #c",
+        "git status !!",
+        "git status \\; x",
+        "git status 'unclosed",
+        '"git" status "unclosed',
+        "(git status)",
+        ["bash", "-lc", "git status; rm x"],
+        ["sh", "-c", "git status $(x)"],
+    ],
+)
+def test_an_allow_command_rule_refuses_what_the_shell_would_expand_redirect_or_chain(
+    command: Any,
+) -> None:
+    req = request(command)
+    assert subject_of(req, WS).words is None
+    assert answer(rule(command=["git", "status"]), req) is None
+    assert answer(rule(command=["git"]), req) is None
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "rm -rf x",
+        "ls && rm -rf x",
+        "echo a; rm -rf /",
+        "ls | rm -rf y",
+        "ls||rm -rf y",
+        "echo $(rm -rf x)",
+        "echo `rm -rf x`",
+        "ls\nrm -rf x",
+        "(rm -rf x)",
+        "ls >out; rm -rf x 2>&1",
+        "r'm' -rf x",
+        "echo 'unbalanced; rm -rf x",
+        ["rm", "-rf", "x"],
+        ["bash", "-lc", "cd x && rm -rf y"],
+        ["xargs", "rm", "-rf"],
+    ],
+)
+def test_a_deny_rule_matches_its_words_anywhere_in_a_compound_command(command: Any) -> None:
+    assert answer([rule(kinds=["execute"]), deny(command=["rm", "-rf"])], request(command)) == "no"
+
+
+@pytest.mark.parametrize("command", ["rm -r x", "rm x -rf", "rmdir -rf", "echo rm", "ls -rf"])
+def test_a_deny_rule_needs_its_words_together_and_in_order(command: Any) -> None:
+    assert answer(deny(command=["rm", "-rf"]), request(command)) is None
+
+
+def test_a_command_rule_does_not_match_a_request_without_a_command() -> None:
+    req = request(None, locations=["src/a.py"])
+    assert answer(rule(command=["git"]), req) is None
+    assert answer(deny(command=["git"]), req) is None
+
+
+def test_an_argv_command_word_outside_the_workspace_is_seen() -> None:
+    assert answer(rule(command=["cat"]), request(["cat", "/ws/a.txt"])) == "yes"
+    assert answer(rule(command=["cat"]), request(["cat", "/etc/passwd"])) is None
+    assert answer(rule(command=["cat"]), request(["cat", "--file=../x"])) is None
+
+
+# ---------------------------------------------------------------- kinds and titles
+
+
+def test_a_kinds_rule_matches_only_its_kinds() -> None:
+    reads = rule(kinds=["read", "search"])
+    assert answer(reads, request(None, kind="read")) == "yes"
+    assert answer(reads, request(None, kind="search")) == "yes"
+    assert answer(reads, request(None, kind="edit")) is None
+    assert answer(reads, request(None, kind=None)) is None
+
+
+def test_a_kinds_rule_with_a_command_needs_both() -> None:
+    both = rule(kinds=["execute"], command=["ls"])
+    assert answer(both, request("ls", kind="execute")) == "yes"
+    assert answer(both, request("ls", kind="read")) is None
+    assert answer(both, request("pwd", kind="execute")) is None
+
+
+def test_a_title_rule_is_an_fnmatch_glob_case_sensitive() -> None:
+    titled = rule(title="Fetch https://docs.*/*")
+    assert answer(titled, request(None, kind="fetch", title="Fetch https://docs.rs/x/y")) == "yes"
+    assert answer(titled, request(None, kind="fetch", title="fetch https://docs.rs/x")) is None
+    assert answer(titled, request(None, kind="fetch", title="Fetch https://evil/docs.rs")) is None
+    assert answer(titled, request(None, kind="fetch", title=None)) is None
+    assert answer(rule(title="Read [ab].md"), request(None, title="Read a.md")) == "yes"
+    assert answer(rule(title="Read [!ab].md"), request(None, title="Read a.md")) is None
+    assert answer(rule(title="*"), request(None, title=None)) == "yes"
+
+
+def test_a_title_or_kinds_allow_rule_does_not_allow_a_command_the_shell_expands() -> None:
+    """What the command does is unknown: it may reach outside (``~``, ``$HOME``, ...)."""
+    for command in ["cat ~/.ssh/id_rsa", "cat $HOME/.netrc", "ls | sh", "cat /etc/passwd | head"]:
+        req = request(command, title="Run a command")
+        assert answer(rule(kinds=["execute"]), req) is None
+        assert answer(rule(title="Run *"), req) is None
+        assert answer(deny(kinds=["execute"]), req) == "no"  # a deny still answers
+
+
+# ---------------------------------------------------------------- paths
+
+
+@pytest.mark.parametrize(
+    ("glob", "matching", "not_matching"),
+    [
+        ("src/*.py", ["src/a.py", "/ws/src/.b.py"], ["src/x/a.py", "a.py", "src/a.pyc"]),
+        ("src/**", ["src/a.py", "src/x/y/z.txt"], ["src", "lib/src/a.py", "srcx/a"]),
+        ("**/*.md", ["README.md", "docs/x/y.md"], ["README.txt"]),
+        ("src/**/test_*.py", ["src/test_a.py", "src/x/y/test_a.py"], ["src/x/a_test.py"]),
+        ("**.py", ["a.py", "src/x/a.py"], ["a.pyc"]),
+        ("docs/?.txt", ["docs/a.txt"], ["docs/ab.txt", "docs/.txt"]),
+        ("[ab].txt", ["a.txt", "b.txt"], ["c.txt", "ab.txt"]),
+        ("[!ab].txt", ["c.txt", "-.txt"], ["a.txt", "b.txt"]),
+        ("[a-c]x", ["bx"], ["dx"]),
+        ("*.[ch]", ["a.c", "b.h"], ["a.o", "x/a.c"]),
+        ("a[!x]b", ["a-b"], ["a/b", "axb"]),  # a class stays within a folder too
+        ("src[]]", ["src]"], ["src"]),
+        ("/ws/src/*", ["src/a", "/ws/src/b"], ["src/x/a"]),
+        ("/ws/**", ["a", "src/x/y"], []),
+        ("*", ["a", ".hidden"], ["a/b"]),
+    ],
+)
+def test_path_globs(glob: str, matching: list[str], not_matching: list[str]) -> None:
+    allow = rule(kinds=["edit"], paths=[glob])
+    for path in matching:
+        assert answer(allow, request(None, kind="edit", locations=[path])) == "yes", path
+    for path in not_matching:
+        assert answer(allow, request(None, kind="edit", locations=[path])) is None, path
+
+
+def test_paths_of_a_diff_count_as_well_as_locations() -> None:
+    allow = rule(paths=["src/**"])
+    assert answer(allow, request(None, kind="edit", diffs=["/ws/src/a.py"])) == "yes"
+    assert answer(allow, request(None, kind="edit", diffs=["/ws/lib/a.py"])) is None
+    both = request(None, kind="edit", locations=["src/a.py"], diffs=["/ws/lib/a.py"])
+    assert answer(allow, both) is None
+
+
+def test_an_allow_rule_needs_every_path_a_deny_rule_any() -> None:
+    req = request(None, kind="edit", locations=["src/a.py", "secrets/key"])
+    assert answer(rule(paths=["src/**"]), req) is None
+    assert answer(rule(paths=["src/**", "secrets/*"]), req) == "yes"
+    assert answer([rule(paths=["**"]), deny(paths=["secrets/**"])], req) == "no"
+    assert answer(deny(paths=["lib/**"]), req) is None
+
+
+def test_a_paths_rule_does_not_match_a_request_without_paths() -> None:
+    assert answer(rule(paths=["**"]), request("ls")) is None
+    assert answer(deny(paths=["**"]), request("ls")) is None
+
+
+def test_relative_paths_are_read_from_the_requests_cwd() -> None:
+    allow = rule(paths=["src/lib/*.py"])
+    assert answer(allow, request(None, kind="edit", cwd="/ws/src", locations=["lib/a.py"])) == "yes"
+    assert answer(allow, request(None, kind="edit", cwd="src", locations=["lib/a.py"])) == "yes"
+    assert answer(allow, request(None, kind="edit", locations=["lib/a.py"])) is None
+
+
+def test_an_absolute_deny_glob_matches_outside_the_workspace_an_allow_never_does() -> None:
+    req = request(None, kind="read", locations=["/etc/passwd"])
+    assert answer(deny(paths=["/etc/**"]), req) == "no"
+    assert answer(rule(paths=["/etc/**"]), req) is None
+    assert answer(rule(paths=["/**"]), req) is None
+
+
+@pytest.mark.parametrize("glob", ["src/[x", "[!]", "[z-a]", "a[", "[]"])
+def test_a_glob_that_cannot_be_read_is_a_value_error(glob: str) -> None:
+    with pytest.raises(ValueError):
+        rule(paths=[glob])
+
+
+@given(st.text(st.characters(codec="utf-8", exclude_characters="\x00/"), min_size=1, max_size=10))
+@settings(max_examples=100, deadline=None)
+def test_an_escaped_glob_matches_only_its_path(name: str) -> None:
+    path = "src/" + name
+    if posixpath.normpath(path) != path:  # ("src/." and "src/..")
+        return
+    allow = rule(paths=[glob_escape(path)])
+    assert answer(allow, request(None, kind="edit", locations=[path])) == "yes"
+    assert answer(allow, request(None, kind="edit", locations=[path + "x"])) is None
+
+
+# ---------------------------------------------------------------- outside the workspace
+
+
+@pytest.mark.parametrize(
+    "outside",
+    [
+        {"locations": ["/etc/passwd"]},
+        {"locations": ["../x"]},
+        {"locations": ["~/.bashrc"]},
+        {"diffs": ["/wsx/a"]},
+        {"diffs": ["src/../../x"]},
+        {"cwd": "/"},
+        {"cwd": ".."},
+        {"cwd": "~"},
+        {"cwd": None},
+        {"command": "ls /etc"},
+        {"command": "ls ../other"},
+        {"command": "ls --dir=/etc"},
+        {"command": "ls '~root'"},
+        {"command": "ls ~root"},
+    ],
+)
+def test_a_request_naming_anything_outside_is_never_allowed_but_may_be_denied(
+    outside: dict[str, Any],
+) -> None:
+    fields: dict[str, Any] = {"command": "ls", "locations": ["src/a.py"], **outside}
+    if "cwd" in outside and outside["cwd"] is None:
+        fields.pop("cwd")
+        fields["raw"] = {"cwd": None}
+    req = request(fields.pop("command"), **fields)
+    everything = [rule(kinds=KINDS), rule(command=["ls"]), rule(paths=["/**", "**"])]
+    assert answer(everything, req) is None
+    assert answer([*everything, deny(kinds=["execute"])], req) == "no"
+
+
+def test_an_empty_cwd_is_the_workspace() -> None:
+    assert answer(rule(command=["ls"]), request("ls", cwd="")) == "yes"
+    assert answer(rule(command=["ls"]), request("ls", cwd="/ws/src")) == "yes"
+
+
+# ---------------------------------------------------------------- scope and lifetime
+
+
+def test_a_session_rule_answers_only_in_its_session() -> None:
+    mine = rule(scope="session", session_id="s1", command=["ls"])
+    assert answer(mine, request("ls", session="s1")) == "yes"
+    assert answer(mine, request("ls", session="s2")) is None
+
+
+def test_another_workspaces_rule_never_matches() -> None:
+    other = [
+        rule(scope="workspace", workspace="/other", command=["ls"]),
+        deny(scope="workspace", workspace="/other", command=["ls"]),
+        deny(scope="workspace", workspace="/ws/sub", command=["ls"]),
+    ]
+    assert answer(other, request("ls")) is None
+    assert answer(other[0], request("ls")) is None
+    here = rule(scope="workspace", workspace=WS, command=["ls"])
+    assert answer([*other[:1], here], request("ls")) == "yes"
+    assert answer(rule(scope="workspace", workspace="/ws/", command=["ls"]), request("ls")) == "yes"
+    everywhere = rule(command=["ls"])
+    assert RuleEngine([everywhere], workspace="/elsewhere").decide(request("ls", cwd="/elsewhere"))
+
+
+def test_a_rule_until_a_time_ends_then_by_the_engines_clock() -> None:
+    until = datetime(2030, 1, 1, 12, tzinfo=timezone(timedelta(hours=2)))
+    now = [datetime(2030, 1, 1, 9, 59, tzinfo=UTC)]
+    timed = rule(lifetime="until", until=until, command=["ls"])
+    rules_engine = engine(timed, clock=lambda: now[0])
+    assert rules_engine.decide(request("ls")) == Selected("yes")
+    now[0] = datetime(2030, 1, 1, 10, tzinfo=UTC)  # 12:00 at +02:00
+    assert rules_engine.decide(request("ls")) is None
+    assert rules_engine.rules == (timed,)  # still listed (to show, or renew)
+
+
+def test_a_rule_until_the_session_ends_goes_with_end_session() -> None:
+    ends = rule(lifetime="session", session_id="s1", command=["ls"])
+    other = rule(lifetime="session", session_id="s2", command=["pwd"])
+    scoped = rule(scope="session", session_id="s1", command=["cat"])
+    rules_engine = engine(ends, other, scoped)
+    assert rules_engine.decide(request("ls", session="s2")) == Selected("yes")  # everywhere
+    assert rules_engine.end_session("s1") == [ends]
+    assert rules_engine.rules == (other, scoped)
+    assert rules_engine.decide(request("ls", session="s1")) is None
+    assert rules_engine.decide(request("pwd", session="s1")) == Selected("yes")
+    assert rules_engine.decide(request("cat", session="s1")) == Selected("yes")
+    assert rules_engine.end_session("s1") == []
+
+
+# ---------------------------------------------------------------- options
+
+
+def test_use_always_answers_with_an_always_option_only_when_no_once_option_is_offered() -> None:
+    only_always = [
+        {"optionId": "always", "name": "Always", "kind": "allow_always"},
+        {"optionId": "never", "name": "Never", "kind": "reject_always"},
+    ]
+    req = request("ls", options=only_always)
+    assert answer(rule(command=["ls"]), req) is None
+    assert answer(rule(command=["ls"], use_always=True), req) == "always"
+    assert answer(deny(command=["ls"]), req) is None
+    assert answer(deny(command=["ls"], use_always=True), req) == "never"
+    assert answer(rule(command=["ls"], use_always=True), request("ls", options=EVERY_KIND)) == "yes"
+
+
+def test_a_rule_passes_rather_than_guess_an_option_id() -> None:
+    misleading = [
+        {"optionId": "allow", "name": "Allow", "kind": "reject_once"},
+        {"optionId": "allow_once", "name": "Allow once", "kind": "reject_always"},
+    ]
+    assert answer(rule(command=["ls"], use_always=True), request("ls", options=misleading)) is None
+
+
+def test_the_first_offered_option_of_the_kind_answers() -> None:
+    options = [
+        {"optionId": "b", "name": "B", "kind": "allow_always"},
+        {"optionId": "c", "name": "C", "kind": "allow_once"},
+        {"optionId": "a", "name": "A", "kind": "allow_once"},
+        {"optionId": "r", "name": "R", "kind": "reject_once"},
+    ]
+    assert answer(rule(command=["ls"], use_always=True), request("ls", options=options)) == "c"
+
+
+def test_a_later_allow_rule_that_can_answer_answers_when_the_first_cannot() -> None:
+    req = request("ls", options=[{"optionId": "always", "name": "A", "kind": "allow_always"}])
+    assert answer([rule(command=["ls"]), rule(kinds=["execute"], use_always=True)], req) == "always"
+
+
+def test_a_deny_rule_with_no_reject_option_passes_instead_of_letting_an_allow_answer() -> None:
+    allow_only = [{"optionId": "yes", "name": "Allow", "kind": "allow_once"}]
+    req = request("rm x", options=allow_only)
+    assert answer([rule(command=["rm"]), deny(command=["rm"])], req) is None
+    assert answer([rule(command=["rm"])], req) == "yes"
+
+
+# ---------------------------------------------------------------- counting and reporting
+
+
+def test_hits_are_counted_and_on_answer_gets_the_rule_and_its_number() -> None:
+    answered: list[RuleAnswer] = []
+    first, second = rule(command=["ls"]), deny(command=["rm"])
+    rules_engine = engine(first, second, on_answer=answered.append)
+    ls, rm = request("ls"), request("rm x")
+    assert rules_engine.match(ls) == RuleAnswer(first, 1, ls, Selected("yes"))
+    assert rules_engine.hits(first) == 0 and answered == []  # match() counts nothing
+    rules_engine.decide(ls)
+    rules_engine.decide(ls)
+    rules_engine.decide(rm)
+    assert rules_engine.decide(request("pwd")) is None
+    assert (rules_engine.hits(first), rules_engine.hits(second)) == (2, 1)
+    assert answered == [
+        RuleAnswer(first, 1, ls, Selected("yes")),
+        RuleAnswer(first, 1, ls, Selected("yes")),
+        RuleAnswer(second, 2, rm, Selected("no")),
+    ]
+    third = rule(command=["pwd"])
+    assert rules_engine.add(third) == 3
+    assert rules_engine.hits(first) == 2  # kept
+    assert rules_engine.revoke(rule(command=["ls"])) is False  # an equal rule, not this one
+    assert rules_engine.revoke(first) is True
+    assert rules_engine.rules == (second, third)
+    assert rules_engine.hits(first) == 0 and rules_engine.hits(second) == 1
+    rules_engine.decide(request("pwd"))
+    assert answered[-1].number == 2 and answered[-1].rule is third
+
+
+def test_a_workspace_must_be_absolute() -> None:
+    with pytest.raises(ValueError):
+        RuleEngine([], workspace="ws")
+    assert RuleEngine([], workspace=Path("/ws/src/..")).workspace == WS
+
+
+def test_a_rule_engine_is_a_rule_handler() -> None:
+    rules_engine = engine(rule(command=["ls"]))
+    assert isinstance(rules_engine, permclient.Rule)
+    assert rules_engine.function(request("ls")) == Selected("yes")
+
+
+async def test_a_rule_engine_registered_with_a_client_answers_in_front_of_the_person() -> None:
+    asked: list[str] = []
+
+    async def person(req: PermissionRequest) -> permclient.Decision:
+        asked.append(req.tool_call.tool_call_id)
+        return Selected("no")
+
+    def params(call_id: str, command: str) -> dict[str, Any]:
+        call = {"toolCallId": call_id, "kind": "execute", "rawInput": {"command": command}}
+        return {"sessionId": "s1", "toolCall": call, "options": ALLOW_DENY}
+
+    rules_engine = engine(rule(command=["git", "status"]))
+    async with connected("acp") as (client, peer):
+        with (
+            client.permission_handler("s1", person),
+            client.permission_handler("s1", rules_engine),
+        ):
+            await peer.request("session/request_permission", params("c1", "git status"), 1)
+            assert await peer.receive() == {"jsonrpc": "2.0", "id": 1, "result": selected("yes")}
+            await peer.request("session/request_permission", params("c2", "git push"), 2)
+            assert await peer.receive() == {"jsonrpc": "2.0", "id": 2, "result": selected("no")}
+    assert asked == ["c2"]
+    assert rules_engine.hits(rules_engine.rules[0]) == 1
+
+
+# ---------------------------------------------------------------- suggestions
+
+CREATED = datetime(2030, 1, 1, tzinfo=UTC)
+
+
+def suggest(req: PermissionRequest, effect: str = "allow") -> list[EditorRule]:
+    found = suggested_rules(req, workspace=WS, effect=effect, created=CREATED)  # type: ignore[arg-type]
+    for made in found:
+        assert (made.effect, made.scope, made.workspace) == (effect, "workspace", WS)
+        assert (made.lifetime, made.created) == ("revoked", CREATED)
+        assert answer(made, req) == ("yes" if effect == "allow" else "no")  # it covers req
+    return found
+
+
+@pytest.mark.parametrize(
+    ("command", "words"),
+    [
+        ("git status --short", ("git", "status")),
+        ("npm run-script test", ("npm", "run-script")),
+        ("pytest", ("pytest",)),
+        ("ls -la", ("ls", "-la")),
+        ("cat README.md", ("cat", "README.md")),
+        ("git Status", ("git", "Status")),
+        (["bash", "-lc", "cargo build --release"], ("cargo", "build")),
+    ],
+)
+def test_a_shell_command_suggests_its_program_and_subcommand(
+    command: Any, words: tuple[str, ...]
+) -> None:
+    suggested = suggest(request(command, locations=["src/a.py"]))
+    assert [made.command for made in suggested] == [words]
+    assert suggested[0].kinds == () and suggested[0].paths == ()
+
+
+def test_a_command_the_shell_expands_suggests_nothing() -> None:
+    assert suggest(request("ls | sh")) == []
+    assert suggest(request("ls | sh"), "deny") == []
+
+
+def test_a_file_edit_suggests_this_file_then_this_folder() -> None:
+    req = request(None, kind="edit", locations=["/ws/src/app/main.py"])
+    this_file, this_folder = suggest(req)
+    assert (this_file.kinds, this_file.paths) == (("edit",), ("src/app/main.py",))
+    assert (this_folder.kinds, this_folder.paths) == (("edit",), ("src/app/**",))
+    sibling = request(None, kind="edit", locations=["src/app/other.py"])
+    assert answer(this_file, sibling) is None
+    assert answer(this_folder, sibling) == "yes"
+    assert answer(this_folder, request(None, kind="read", locations=["src/app/other.py"])) is None
+
+
+def test_a_file_suggestion_escapes_glob_characters() -> None:
+    req = request(None, kind="edit", locations=["src/[id]*.py"])
+    this_file, this_folder = suggest(req)
+    assert (this_file.paths, this_folder.paths) == (("src/[[]id][*].py",), ("src/**",))
+    assert answer(this_file, request(None, kind="edit", locations=["src/i.py"])) is None
+
+
+def test_files_in_two_folders_or_at_the_top_suggest_no_folder() -> None:
+    assert len(suggest(request(None, kind="edit", locations=["a/x", "b/y"]))) == 1
+    (only,) = suggest(request(None, kind="edit", locations=["README.md"]))
+    assert only.paths == ("README.md",)
+    (root,) = suggest(request(None, kind="read", locations=["/ws"]))
+    assert root.paths == ("/ws",)
+
+
+def test_nothing_outside_is_suggested_to_allow_but_it_may_be_denied() -> None:
+    req = request(None, kind="read", locations=["/etc/passwd"])
+    assert suggest(req) == []
+    this_file, this_folder = suggest(req, "deny")
+    assert (this_file.paths, this_folder.paths) == (("/etc/passwd",), ("/etc/**",))
+    assert suggest(request("cat /etc/passwd")) == []
+    assert [made.command for made in suggest(request("cat /etc/passwd"), "deny")] == [
+        ("cat", "/etc/passwd")
+    ]
+
+
+def test_a_request_with_only_a_kind_and_title_suggests_them() -> None:
+    req = request(None, kind="fetch", title="Fetch https://x.org/*")
+    (made,) = suggest(req)
+    assert (made.kinds, made.title) == (("fetch",), "Fetch https://x.org/[*]")
+    assert answer(made, request(None, kind="fetch", title="Fetch https://x.org/a")) is None
+    assert suggest(request(None, kind=None, title="Something")) == []
+    assert suggest(request(None, kind="fetch", title=None)) == []
+
+
+@pytest.mark.parametrize(
+    "req",
+    [
+        request(["git", ""]),
+        request(["git", "a\x00b"]),
+        request(None, kind="edit", locations=["a\x00b"]),
+        request(None, kind="fetch", title="a\x00b"),
+    ],
+    ids=["empty word", "NUL in a word", "NUL in a path", "NUL in the title"],
+)
+def test_what_no_rule_can_hold_suggests_nothing_rather_than_raise(req: PermissionRequest) -> None:
+    assert suggested_rules(req, workspace=WS, effect="deny") == []
+
+
+# ---------------------------------------------------------------- reasons
+
+
+def test_with_reason_puts_the_reason_in_meta_and_reason_of_reads_it() -> None:
+    decision = with_reason(Selected("no", meta={"other": 1}), "  not on main\n ")
+    assert decision == Selected("no", meta={"other": 1, REASON_META_KEY: "not on main"})
+    assert reason_of(decision.meta) == "not on main"
+
+
+def test_with_reason_drops_unprintables_and_cuts_a_long_reason() -> None:
+    decision = with_reason(Selected("no"), "a\x1b[31mb\x00c\td\nnext\u200e")
+    assert reason_of(decision.meta) == "a[31mbcd\nnext"
+    long = with_reason(Selected("no"), "x" * (MAX_REASON + 50))
+    assert reason_of(long.meta) == "x" * MAX_REASON
+
+
+@pytest.mark.parametrize("reason", ["", "   ", "\x00\x1b", "\n\n"])
+def test_an_empty_reason_adds_nothing(reason: str) -> None:
+    decision = Selected("no")
+    assert with_reason(decision, reason) is decision
+
+
+@pytest.mark.parametrize(
+    ("meta", "expected"),
+    [
+        (None, None),
+        ({}, None),
+        ({REASON_META_KEY: ""}, None),
+        ({REASON_META_KEY: 3}, None),
+        ([REASON_META_KEY], None),
+        ({REASON_META_KEY: "why"}, "why"),
+        ({REASON_META_KEY: "y" * (MAX_REASON + 1)}, "y" * MAX_REASON),
+    ],
+)
+def test_reason_of_reads_only_a_string_reason(meta: object, expected: str | None) -> None:
+    assert reason_of(meta) == expected
+
+
+# ---------------------------------------------------------------- building a rule
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({}, "must match on something"),
+        ({"scope": "session", "kinds": ["read"]}, "session_id"),
+        ({"lifetime": "session", "kinds": ["read"]}, "session_id"),
+        ({"scope": "workspace", "kinds": ["read"]}, "absolute path"),
+        ({"scope": "workspace", "workspace": "ws", "kinds": ["read"]}, "absolute path"),
+        ({"lifetime": "until", "kinds": ["read"]}, "until"),
+        ({"until": datetime(2030, 1, 1, tzinfo=UTC), "kinds": ["read"]}, "until"),
+        ({"lifetime": "until", "until": datetime(2030, 1, 1), "kinds": ["read"]}, "time zone"),
+        ({"created": datetime(2030, 1, 1), "kinds": ["read"]}, "time zone"),
+        ({"kinds": ["reading"]}, "kinds must be one of"),
+        ({"effect": "maybe", "kinds": ["read"]}, "effect must be one of"),
+        ({"scope": "here", "kinds": ["read"]}, "scope must be one of"),
+        ({"lifetime": "forever", "kinds": ["read"]}, "lifetime must be one of"),
+        ({"command": ["git", ""]}, "not a usable word"),
+        ({"command": ["git\x00"]}, "not a usable word"),
+        ({"paths": ["\ud800"]}, "not a usable word"),
+        ({"title": "a\x00"}, "not a usable word"),
+        ({"paths": ["src/[x"]}, "unclosed"),
+        ({"paths": ["[z-a]"]}, "not a glob"),
+        ({"kinds": ["read"], "note": "a\ud800"}, "can be saved"),
+    ],
+)
+def test_a_rule_that_cannot_mean_anything_is_a_value_error(
+    fields: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        rule(**fields)
+
+
+def test_describe_says_what_the_rule_does() -> None:
+    made = rule(
+        scope="workspace",
+        workspace=WS,
+        lifetime="until",
+        until=datetime(2030, 1, 1, 18, tzinfo=UTC),
+        command=["git", "status"],
+    )
+    assert (
+        made.describe(WS) == "allow `git status …` in this workspace, until 2030-01-01T18:00+00:00"
+    )
+    assert "in /ws" in made.describe("/other")
+    assert deny(kinds=["read"], paths=["a/*"]).describe() == (
+        "deny read paths a/* in every workspace, until revoked"
+    )
+
+
+# ---------------------------------------------------------------- files
+
+GOOD = """\
+[[rule]]
+effect = "allow"
+scope = "everywhere"
+lifetime = "revoked"
+command = ["git", "status"]
+"""
+
+
+def test_a_missing_file_has_no_rules_and_no_errors(tmp_path: Path) -> None:
+    assert load_rules(tmp_path / "none.toml") == ([], [])
+
+
+def test_a_file_that_is_not_toml_gives_no_rules_and_one_error_with_its_line(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "rules.toml"
+    path.write_text(GOOD + "\n[[rule]\neffect = 'deny'\n")
+    rules, errors = load_rules(path)
+    assert rules == []
+    assert [str(error) for error in errors] == [
+        f"{path}:7: invalid TOML at column 7: Expected ']]' at the end of an array declaration"
+    ]
+    assert (errors[0].path, errors[0].line) == (path, 7)
+    path.write_bytes(GOOD.encode() + b'note = "\xff"\n')
+    rules, errors = load_rules(path)
+    assert rules == [] and len(errors) == 1 and str(errors[0]).startswith(f"{path}:6: not UTF-8")
+
+
+def test_a_bad_rule_is_skipped_with_its_line_and_the_good_ones_load(tmp_path: Path) -> None:
+    path = tmp_path / "rules.toml"
+    path.write_text(
+        "version = 1\n"  # 1
+        "\n"
+        + GOOD  # 3-7
+        + "\n"
+        + "[[rule]]\n"  # 9
+        'effect = "allow"\n'
+        'scope = "everywhere"\n'
+        'lifetime = "revoked"\n'
+        'path = ["src/**"]\n'  # 13: paths, misspelt
+        "\n"
+        "[[rule]]\n"  # 15
+        'effect = "allow"\n'
+        'scope = "everywhere"\n'
+        'lifetime = "revoked"\n'
+        'kinds = "read"\n'  # 19: a string, not a list
+        "\n"
+        "[[rule]]\n"  # 21: a value no rule can have
+        'effect = "allow"\n'
+        'scope = "everywhere"\n'
+        'lifetime = "revoked"\n'
+        'kinds = ["reading"]\n'
+        "\n"
+        "[[rule]]\n"  # 27
+        'effect = "deny"\n'
+        'scope = "everywhere"\n'
+        'lifetime = "revoked"\n'
+        'command = ["rm"]\n'
+        'use_always = "yes"\n'  # 32
+        "\n"
+        "[[rule]]\n"  # 34: a glob no rule can have
+        'effect = "allow"\n'
+        'scope = "everywhere"\n'
+        'lifetime = "revoked"\n'
+        'paths = ["[z-a]"]\n'
+        "\n"
+        "[[rule]]\n"  # 40: fine
+        'effect = "deny"\n'
+        'scope = "everywhere"\n'
+        'lifetime = "revoked"\n'
+        'command = ["rm"]\n'
+    )
+    rules, errors = load_rules(path)
+    assert rules == [rule(command=["git", "status"]), deny(command=["rm"])]
+    assert all(isinstance(error, RuleFileError) and error.path == path for error in errors)
+    assert [error.line for error in errors] == [13, 19, 21, 32, 34]
+    messages = [str(error).removeprefix(f"{path}:") for error in errors]
+    assert messages[:4] == [
+        "13: rule 2 skipped: unknown key 'path'",
+        "19: rule 3 skipped: kinds: Expected `array`, got `str`",
+        "21: rule 4 skipped: kinds must be one of " + ", ".join(KINDS) + "; got 'reading'",
+        "32: rule 5 skipped: use_always: Expected `bool`, got `str`",
+    ]
+    assert messages[4].startswith("34: rule 6 skipped: not a glob: '[z-a]'")
+
+
+def test_a_naive_time_in_a_file_skips_its_rule(tmp_path: Path) -> None:
+    path = tmp_path / "rules.toml"
+    path.write_text(
+        GOOD.replace('"revoked"', '"until"') + "until = 2030-01-01T00:00:00\n" + "\n" + GOOD
+    )
+    rules, errors = load_rules(path)
+    assert rules == [rule(command=["git", "status"])]
+    assert len(errors) == 1 and "time zone" in str(errors[0]) and errors[0].line == 1
+
+
+@pytest.mark.parametrize("version", ["2", "0", '"1"'])
+def test_a_file_of_another_version_gives_no_rules(tmp_path: Path, version: str) -> None:
+    path = tmp_path / "rules.toml"
+    path.write_text(f"# rules\nversion = {version}\n\n" + GOOD)
+    rules, errors = load_rules(path)
+    assert rules == []
+    assert len(errors) == 1 and errors[0].line == 2 and "no rule is read" in str(errors[0])
+
+
+def test_an_unknown_top_level_key_is_reported_and_the_rules_still_load(tmp_path: Path) -> None:
+    path = tmp_path / "rules.toml"
+    path.write_text("version = 1\nrules_are = 'fun'\n\n" + GOOD)
+    rules, errors = load_rules(path)
+    assert rules == [rule(command=["git", "status"])]
+    assert [str(error) for error in errors] == [f"{path}:2: unknown key 'rules_are' (ignored)"]
+
+
+def test_rule_must_be_an_array_of_tables(tmp_path: Path) -> None:
+    path = tmp_path / "rules.toml"
+    path.write_text("rule = 3\n")
+    rules, errors = load_rules(path)
+    assert rules == [] and len(errors) == 1
+
+
+def test_a_saved_file_is_its_owners_only_and_replaced_whole(tmp_path: Path) -> None:
+    path = tmp_path / "state" / "rules.toml"
+    path.parent.mkdir()
+    path.write_text("old")
+    os.chmod(path, 0o644)
+    kept = rule(command=["git", "status"], note="mine")
+    save_rules(path, [kept, rule(lifetime="session", session_id="s1", command=["ls"])])
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert os.listdir(path.parent) == ["rules.toml"]  # no temporary file left
+    assert load_rules(path) == ([kept], [])
+    save_rules(tmp_path / "new" / "folder" / "rules.toml", [])  # folders made
+    assert load_rules(tmp_path / "new" / "folder" / "rules.toml") == ([], [])
+
+
+def test_a_time_with_an_offset_of_seconds_is_saved_so_it_loads(tmp_path: Path) -> None:
+    """An offset TOML cannot write (Amsterdam's local mean time: +00:19:32) is saved in UTC."""
+    amsterdam = timezone(timedelta(minutes=19, seconds=32))
+    made = rule(lifetime="until", until=datetime(1930, 5, 1, 12, tzinfo=amsterdam), kinds=["read"])
+    save_rules(tmp_path / "rules.toml", [made])
+    assert load_rules(tmp_path / "rules.toml") == ([made], [])
