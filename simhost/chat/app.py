@@ -872,15 +872,15 @@ class ChatApp:
                 "or esc (cancelled).",
                 style="bold",
             )
-        if self.editor.text:
-            return Text(
-                "Your prompt line has text: clear it (Ctrl-U) to answer this card.", style="bold"
-            )
         if self._reasoning is not None and self._reasoning.card is card:
             return Text(
                 "Reason for denying (optional, sent to the agent): type it · "
                 "Enter sends the denial · Esc goes back",
                 style="bold",
+            )
+        if self.editor.text:
+            return Text(
+                "Your prompt line has text: clear it (Ctrl-U) to answer this card.", style="bold"
             )
         if self._confirming is not None and self._confirming.rule is not None:
             workspace = self.rulebook.engine.workspace if self.rulebook else None
