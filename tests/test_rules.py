@@ -37,6 +37,7 @@ from permclient.rules import (
     RuleAnswer,
     RuleEngine,
     RuleFileError,
+    Scope,
     glob_escape,
     load_rules,
     reason_of,
@@ -409,7 +410,7 @@ def broad_allow_rules(draw: st.DrawFn, req: PermissionRequest) -> list[EditorRul
     if words:
         made.append(rule(command=words[: draw(st.integers(1, len(words)))]))
         made.append(rule(command=words[:1], paths=("/**",)))
-    scope = draw(st.sampled_from(["everywhere", "workspace", "session"]))
+    scope: Scope = draw(st.sampled_from(["everywhere", "workspace", "session"]))
     where: dict[str, Any] = {"everywhere": {}, "workspace": {"workspace": WS}}.get(
         scope, {"session_id": req.session_id}
     )
@@ -1048,6 +1049,52 @@ def test_hits_are_counted_and_on_answer_gets_the_rule_and_its_number() -> None:
     assert rules_engine.hits(first) == 0 and rules_engine.hits(second) == 1
     rules_engine.decide(request("pwd"))
     assert answered[-1].number == 2 and answered[-1].rule is third
+
+
+def test_the_lowest_numbered_rule_that_can_answer_answers_whatever_it_matches_on() -> None:
+    answered: list[RuleAnswer] = []
+    only_always = [{"optionId": "always", "name": "Always", "kind": "allow_always"}]
+    rules = [
+        rule(title="Run *"),  # 1: general (no kinds, no command)
+        rule(command=["ls"], use_always=True),  # 2: found by its first word
+        rule(kinds=["execute"], use_always=True),  # 3: found by kind
+        rule(paths=["**"], use_always=True),  # 4: general
+    ]
+    rules_engine = engine(*rules, on_answer=answered.append)
+    req = request("ls", title="Run ls", locations=["a"])
+    rules_engine.decide(req)
+    rules_engine.decide(request("ls", title="Run ls", locations=["a"], options=only_always))
+    rules_engine.decide(request("pwd", title="Run pwd", locations=["a"], options=only_always))
+    rules_engine.decide(request(None, kind="read", title="Read", locations=["a"]))
+    assert [(a.number, a.decision.option_id) for a in answered] == [
+        (1, "yes"),
+        (2, "always"),
+        (3, "always"),
+        (4, "yes"),
+    ]
+
+
+def test_record_counts_an_answer_match_gave() -> None:
+    answered: list[RuleAnswer] = []
+    ls = rule(command=["ls"])
+    rules_engine = engine(ls, on_answer=answered.append)
+    found = rules_engine.match(request("ls"))
+    assert found is not None and rules_engine.hits(ls) == 0
+    rules_engine.record(found)
+    assert rules_engine.hits(ls) == 1 and answered == [found]
+
+
+def test_resolve_maps_paths_before_they_are_matched() -> None:
+    links = {"/ws/link/passwd": "/etc/passwd"}
+    allow = rule(paths=["**"])
+    resolving = engine(allow, resolve=lambda path: links.get(path, path))
+    assert resolving.decide(request(None, kind="read", locations=["link/passwd"])) is None
+    assert resolving.decide(request(None, kind="read", locations=["src/a"])) == Selected("yes")
+
+    def broken(path: str) -> str:
+        raise OSError("no such file")
+
+    assert engine(allow, resolve=broken).decide(request(None, locations=["src/a"])) is None
 
 
 def test_a_workspace_must_be_absolute() -> None:
