@@ -65,7 +65,7 @@ def test_the_chat_drives_a_python_sdk_agent_and_ctrl_c_cancels_its_turn(chat_in:
     # The agent took the session/cancel and is ready for the next turn.
     chat.say("approve me")
     chat.expect(ARMED)
-    chat.child.send("3")
+    chat.deny("3")
     chat.expect("call-1: selected deny")
     chat.expect("turn ended")
     chat.expect_prompt()
@@ -79,7 +79,7 @@ def test_two_concurrent_questions_are_answered_each_for_its_own_call(chat_in: An
     chat.expect(ARMED)
     chat.child.send("1")
     chat.expect(ARMED)
-    chat.child.send("3")
+    chat.deny("3")
     chat.expect("call-2a: selected allow")
     chat.expect("call-2b: selected deny")
     chat.expect("turn ended")
@@ -116,7 +116,7 @@ def test_the_chat_answers_a_typescript_sdk_agent_for_the_right_call_and_session(
     chat.expect_prompt()
     chat.say("write no.txt nope")
     chat.expect(ARMED)
-    chat.child.send("3")
+    chat.deny("3")
     chat.expect("turn ended: " + STYLE + "end_turn")
     chat.expect_prompt()
 

@@ -66,7 +66,8 @@ async def test_text_streamed_before_an_unannounced_question_is_printed_above_its
         assert _transcript_line_at(chat.text, "Before the question") < chat.text.index(
             "Permission request"
         )
-        await chat.press("3")
+        await chat.press("3", ENTER)
+        assert answers_of(chat.runtime) == [("s-1", "selected", "deny")]
         assert chat.text.count("\nBefore the question\n") == 1  # printed once, not again
 
 
@@ -79,8 +80,12 @@ async def test_deny_with_a_number_key_and_enter_does_nothing() -> None:
         await chat.press(ENTER, ENTER, "x", Key("backspace"))
         assert chat.runtime.answers == []  # no default option
         assert chat.app.mode == "card"
-        await chat.press("3")
+        await chat.press("3")  # a deny option: it waits for a reason (optional)
+        assert chat.runtime.answers == []
+        assert chat.app.mode == "card"
+        await chat.press(ENTER)  # sends the denial, without a reason
         assert answers_of(chat.runtime) == [("s-1", "selected", "deny")]
+        assert chat.runtime.answers[0].meta is None
         assert "→ Deny  reject_once · fs.write: a.txt" in chat.text
         assert "✗ fs.write: a.txt  [edit]  failed — denied by you" in chat.text
         assert chat.app.mode == "prompt"
@@ -219,7 +224,7 @@ async def test_cards_of_several_sessions_queue_and_each_names_its_session() -> N
         second = "s-2" if first == "s-1" else "s-1"
         await chat.press("1")
         assert chat.app.shown is not None and chat.app.shown.session_id == second
-        await chat.press("3")
+        await chat.press("3", ENTER)
         assert sorted(answers_of(chat.runtime)) == sorted(
             [(first, "selected", "allow"), (second, "selected", "deny")]
         )
@@ -238,7 +243,10 @@ async def test_burst_routes_every_answer_to_its_own_session() -> None:
         for _ in range(6):
             shown = chat.app.shown
             assert shown is not None
-            await chat.press("1" if shown.session_id == "s-1" else "3")
+            if shown.session_id == "s-1":
+                await chat.press("1")
+            else:
+                await chat.press("3", ENTER)
         answers = answers_of(chat.runtime)
         assert sorted(answers) == sorted(
             [("s-1", "selected", "allow")] * 3 + [("s-2", "selected", "deny")] * 3
@@ -260,7 +268,7 @@ async def test_a_card_waits_while_you_type_at_the_prompt() -> None:
         # The command ran (the card waited), with the pending approval in the table.
         assert "⧗ 1" in chat.text.split("Sessions")[-1]
         assert chat.app.mode == "card"
-        await chat.press("3")
+        await chat.press("3", ENTER)
         assert answers_of(chat.runtime) == [("s-1", "selected", "deny")]
 
 
@@ -305,6 +313,9 @@ async def test_keys_before_a_card_was_up_half_a_second_go_to_the_line(
         await chat.press(Key("ctrl_u"))
         await trio.sleep(0.6)  # the emptied line gives the card a fresh half second
         await chat.press("3")
+        assert chat.runtime.answers == []  # the deny waits for its reason
+        assert "reason > " in chat.text
+        await chat.press(ENTER)
         assert answers_of(chat.runtime) == [("s-1", "selected", "deny")]
         assert chat.app.editor.text == ""
         chat.app.screen.stop()
@@ -321,7 +332,7 @@ async def test_a_key_read_before_the_card_was_armed_never_answers_it(
         assert chat.runtime.answers == [] and chat.app.editor.text == "1"
         await chat.press(Key("ctrl_u"))
         await trio.sleep(0.6)
-        await chat.press(Key("char", "3", at=trio.current_time()))
+        await chat.press(Key("char", "3", at=trio.current_time()), ENTER)
         assert answers_of(chat.runtime) == [("s-1", "selected", "deny")]
 
 
@@ -347,7 +358,7 @@ async def test_typing_see_file_2_while_a_card_opens_answers_nothing(
         await trio.sleep(0.6)  # a card that comes back is armed anew
         await chat.press("2")
         await trio.sleep(1)
-        await chat.press(Key("enter"))  # the standing grant, confirmed
+        await chat.press("y")  # the standing grant, confirmed
         assert answers_of(chat.runtime) == [("s-1", "selected", "allow-always")]
 
 
@@ -379,7 +390,7 @@ async def test_after_an_answer_the_next_card_needs_its_own_half_second(
         assert len(chat.runtime.answers) == 1
         await chat.press(Key("ctrl_u"))
         await trio.sleep(0.6)
-        await chat.press("3")
+        await chat.press("3", ENTER)
         assert answers_of(chat.runtime)[-1] == ("s-1", "selected", "deny")
 
 
@@ -397,7 +408,7 @@ async def test_emptying_the_line_during_a_foreground_turn_gives_the_card_a_fresh
         assert chat.app.editor.text == "3"
         await chat.press(Key("ctrl_u"))
         await trio.sleep(0.6)
-        await chat.press("3")
+        await chat.press("3", ENTER)
         assert answers_of(chat.runtime) == [("s-1", "selected", "deny")]
 
 
@@ -517,7 +528,7 @@ async def test_a_multi_line_paste_is_one_prompt_and_answers_no_card() -> None:
         await chat.press("done\r1\r3\r")  # pasted without bracketed paste: one read
         assert chat.runtime.answers == []
         assert chat.app.editor.text == "done\n1\n3\n"
-        await chat.press(Key("ctrl_u"), "3")
+        await chat.press(Key("ctrl_u"), "3", ENTER)
         assert answers_of(chat.runtime) == [("s-1", "selected", "deny")]
         await chat.press(Key("paste", "first line\nsecond line"))
         assert "Session 1 (s-1) > first line⏎second line" not in chat.text  # not sent yet
@@ -650,7 +661,11 @@ async def test_the_runtime_going_away_ends_the_chat_with_1() -> None:
 async def test_lines_mode_answers_with_lines() -> None:
     async with running_chat(options=ChatOptions(input_mode="lines", arm_delay=0)) as chat:
         await chat.event(Line("ask a.txt"))
-        assert "Answer with a line: 1-4, or esc (cancelled)." in chat.text
+        assert (
+            "Answer with a line: 1-4 (a deny option may be followed by a reason), "
+            "or esc (cancelled)." in chat.text
+        )
+        assert "Editor rules" not in chat.text  # no rule book: the card offers no rules
         await chat.event(Line(""))
         await chat.event(Line("hello"))
         assert "a permission card waits: answer 1-4 or esc" in chat.text
@@ -731,7 +746,7 @@ async def test_slash_on_a_card_at_the_prompt_starts_a_command_and_the_card_waits
         await chat.type_line("/bg ask two.txt")
         assert chat.app.queue.count() == 2
         assert chat.app.shown is not None and chat.app.shown.session_id == "s-1"
-        await chat.press("1", "3")
+        await chat.press("1", "3", ENTER)
         assert sorted(answers_of(chat.runtime)) == [
             ("s-1", "selected", "allow"),
             ("s-2", "selected", "deny"),
@@ -765,8 +780,11 @@ async def test_a_habitual_2_on_a_card_whose_2_always_allows_never_grants(
         await chat.type_line("ask a.txt; ask b.txt")
         monkeypatch.undo()  # the next card has the four options again
         await trio.sleep(0.6)
-        await chat.press("2")  # Deny
-        await trio.sleep(1.2)  # past the repeat guard: a deliberate press
+        await chat.press("2")  # Deny: it waits for a reason
+        await trio.sleep(0.3)
+        await chat.press(ENTER)  # denied, without a reason
+        assert answers_of(chat.runtime) == [("s-1", "selected", "deny")]
+        await trio.sleep(0.9)  # past the repeat guard: a deliberate press
         await chat.press("2")  # by habit: here it is "Allow always"
         assert "Confirm: Allow always" in chat.text
         await trio.sleep(0.3)
@@ -779,19 +797,33 @@ async def test_a_habitual_2_on_a_card_whose_2_always_allows_never_grants(
             assert "not confirmed: nothing answered, the card still asks" in chat.text
 
 
-async def test_2_then_enter_grants_always(autojump_clock: trio.abc.Clock) -> None:
+async def test_2_then_y_grants_always(autojump_clock: trio.abc.Clock) -> None:
     async with running_chat(options=ChatOptions()) as chat:
         await chat.type_line("ask a.txt")
         await trio.sleep(0.6)
         await chat.press("2")
         assert chat.runtime.answers == []
         assert (
-            "Confirm: Allow always (a standing grant)? Enter confirms · any other key goes back"
+            "Confirm: Allow always (a standing grant)? y confirms · any other key goes back"
             in chat.text
         )
         await trio.sleep(0.2)
-        await chat.press(Key("enter"))
+        await chat.press("y")
         assert answers_of(chat.runtime) == [("s-1", "selected", "allow-always")]
+
+
+async def test_2_then_enter_the_habit_of_a_denial_grants_nothing(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    async with running_chat(options=ChatOptions()) as chat:
+        await chat.type_line("ask a.txt")
+        await trio.sleep(0.6)
+        await chat.press("2")
+        await trio.sleep(0.2)
+        await chat.press(Key("enter"))  # a denial's second key: here it goes back
+        assert chat.runtime.answers == []
+        assert "not confirmed: nothing answered, the card still asks (enter)" in chat.text
+        assert chat.app.shown is not None
 
 
 async def test_2_then_another_key_then_enter_does_not_grant(
@@ -802,32 +834,37 @@ async def test_2_then_another_key_then_enter_does_not_grant(
         await trio.sleep(0.6)
         await chat.press("2")
         await trio.sleep(0.2)
-        await chat.press("y")  # goes back, answers nothing, and is not typed
+        await chat.press("x")  # goes back, answers nothing, and is not typed
         await trio.sleep(0.2)
         await chat.press(Key("enter"))  # Enter on a card does nothing
         assert chat.runtime.answers == [] and chat.app.editor.text == ""
         await trio.sleep(2)
-        await chat.press("3")
+        await chat.press("3", ENTER)
         assert answers_of(chat.runtime) == [("s-1", "selected", "deny")]
 
 
-@pytest.mark.parametrize("one_read", ["decoded", "stamped"])
-async def test_an_enter_read_with_the_digit_does_not_confirm(
-    autojump_clock: trio.abc.Clock, one_read: str
+async def test_a_y_read_with_the_digit_does_not_confirm(autojump_clock: trio.abc.Clock) -> None:
+    async with running_chat(options=ChatOptions()) as chat:
+        await chat.type_line("ask a.txt")
+        await trio.sleep(0.6)
+        read_at = trio.current_time() - 0.1  # handled late, read together
+        await chat.press(Key("char", "2", at=read_at), Key("char", "y", at=read_at))
+        assert chat.runtime.answers == []
+        assert "read the confirmation first" in chat.text
+        await trio.sleep(0.2)
+        await chat.press("y")  # a later y is a second look
+        assert answers_of(chat.runtime) == [("s-1", "selected", "allow-always")]
+
+
+async def test_2y_typed_in_one_read_is_text_and_answers_nothing(
+    autojump_clock: trio.abc.Clock,
 ) -> None:
     async with running_chat(options=ChatOptions()) as chat:
         await chat.type_line("ask a.txt")
         await trio.sleep(0.6)
-        if one_read == "decoded":
-            await chat.press("2\r")  # "2" and Enter from one read of the terminal
-        else:
-            read_at = trio.current_time() - 0.1  # handled late, read together
-            await chat.press(Key("char", "2", at=read_at), Key("enter", at=read_at))
+        await chat.press("2y")  # one read of the terminal: typing, not a card's keys
         assert chat.runtime.answers == []
-        assert "read the confirmation first" in chat.text
-        await trio.sleep(0.2)
-        await chat.press(Key("enter"))  # a later Enter is a second look
-        assert answers_of(chat.runtime) == [("s-1", "selected", "allow-always")]
+        assert chat.app.editor.text == "2y"
 
 
 async def test_esc_during_the_confirmation_goes_back_and_a_second_esc_cancels(
@@ -854,7 +891,7 @@ async def test_the_confirmation_goes_with_a_withdrawn_card(autojump_clock: trio.
         await settle()
         assert "withdrawn by the runtime" in chat.text
         await trio.sleep(0.6)  # the next card is armed
-        await chat.press(Key("enter"))  # confirms nothing: the question went with its card
+        await chat.press("y")  # confirms nothing: the question went with its card
         assert answers_of(chat.runtime) == [("s-1", None, None)]
         await chat.press("2")  # the next card asks for its own confirmation
         assert answers_of(chat.runtime) == [("s-1", None, None)]
@@ -879,3 +916,82 @@ async def test_a_piped_line_picks_always_allow_at_once(autojump_clock: trio.abc.
         await chat.event(Line("ask a.txt"))
         await chat.event(Line("2"))
         assert answers_of(chat.runtime) == [("s-1", "selected", "allow-always")]
+
+
+# ------------------------------------------------------------- a denial's reason
+
+REASON_KEY = "permclient/reason"
+
+
+async def test_a_deny_key_takes_a_reason_and_enter_sends_it_to_the_runtime() -> None:
+    async with running_chat(screen=LiveScreen) as chat:
+        chat.app.screen.start()
+        await chat.type_line("ask a.txt")
+        await chat.press("3")
+        assert chat.runtime.answers == []  # not answered yet: the prompt takes a reason
+        assert chat.app.mode == "card"
+        assert (
+            "Reason for denying (optional, sent to the agent): type it · "
+            "Enter sends the denial · Esc goes back" in chat.text
+        )
+        assert "reason > " in chat.text
+        for char in "use 2 workers":  # typed key by key: its digit is text, not an option
+            await chat.press(char)
+        assert chat.runtime.answers == []
+        assert chat.app.editor.text == "use 2 workers"
+        await chat.press(ENTER)
+        assert answers_of(chat.runtime) == [("s-1", "selected", "deny")]
+        assert chat.runtime.answers[0].meta == {REASON_KEY: "use 2 workers"}
+        receipt = "→ Deny  reject_once · fs.write: a.txt · Session 1 (s-1) · reason: use 2 workers"
+        assert receipt in chat.text
+        assert chat.app.mode == "prompt" and chat.app.editor.text == ""
+        chat.app.screen.stop()
+
+
+async def test_a_deny_always_key_takes_a_reason_too() -> None:
+    async with running_chat() as chat:
+        await chat.type_line("ask a.txt")
+        await chat.press("4", "not in this repo", ENTER)
+        assert answers_of(chat.runtime) == [("s-1", "selected", "deny-always")]
+        assert chat.runtime.answers[0].meta == {REASON_KEY: "not in this repo"}
+
+
+async def test_esc_while_typing_a_reason_goes_back_to_the_card_and_answers_nothing() -> None:
+    async with running_chat() as chat:
+        await chat.type_line("ask a.txt")
+        shown = chat.app.shown
+        await chat.press("3", "oops", ESC)
+        assert chat.runtime.answers == []
+        assert chat.app.mode == "card" and chat.app.shown is shown  # the card still asks
+        assert chat.app.editor.text == ""  # the reason is dropped
+        assert "not denied: the card still asks" in chat.text
+        await chat.press(ENTER)  # Enter on the card does nothing, as always
+        assert chat.runtime.answers == []
+        await chat.press("1")  # the card takes its keys again
+        assert answers_of(chat.runtime) == [("s-1", "selected", "allow")]
+        assert chat.runtime.answers[0].meta is None  # the dropped reason went nowhere
+
+
+async def test_a_line_of_a_deny_number_and_words_denies_with_that_reason() -> None:
+    async with running_chat(options=ChatOptions(input_mode="lines", arm_delay=0)) as chat:
+        await chat.event(Line("ask a.txt"))
+        await chat.event(Line("3 because the tests are still running"))
+        assert answers_of(chat.runtime) == [("s-1", "selected", "deny")]
+        assert chat.runtime.answers[0].meta == {REASON_KEY: "because the tests are still running"}
+        assert "reason: because the tests are still running" in chat.text
+        await chat.event(Line("ask b.txt"))
+        await chat.event(Line("3"))  # a bare number: at once, without a reason
+        assert answers_of(chat.runtime)[-1] == ("s-1", "selected", "deny")
+        assert chat.runtime.answers[-1].meta is None
+
+
+@pytest.mark.parametrize("number", ["1", "2"])
+async def test_a_line_with_a_reason_after_an_allow_option_is_refused(number: str) -> None:
+    async with running_chat(options=ChatOptions(input_mode="lines", arm_delay=0)) as chat:
+        await chat.event(Line("ask a.txt"))
+        await chat.event(Line(f"{number} because I said so"))
+        assert chat.runtime.answers == []
+        assert "a reason goes only with a deny option: nothing answered" in chat.text
+        assert chat.app.mode == "card"  # the card still asks
+        await chat.event(Line("3"))
+        assert answers_of(chat.runtime) == [("s-1", "selected", "deny")]

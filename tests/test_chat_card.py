@@ -180,14 +180,17 @@ def test_terminal_content() -> None:
 def test_options_are_numbered_with_their_kind_and_there_is_no_default() -> None:
     output = render(PermissionCard(request({"toolCallId": "c"}), hint="Press 1-4 to choose"))
     rows = [line.split() for line in lines_of(output) if line[:1].isdigit()]
+    # An agent's standing option says whose it is: the agent decides what it covers.
+    covers = ["(the", "agent", "decides", "what", "this", "covers)"]
     assert rows == [
         ["1", "Allow", "allow_once"],
-        ["2", "Allow", "always", "allow_always"],
+        ["2", "Allow", "always", *covers, "allow_always"],
         ["3", "Deny", "reject_once"],
-        ["4", "Deny", "always", "reject_always"],
+        ["4", "Deny", "always", *covers, "reject_always"],
     ]
     assert "Press 1-4 to choose" in lines_of(output)
     assert "default" not in output.lower()
+    assert "Editor rules" not in output  # none offered: no such section
 
 
 def test_option_numbers_are_drawn_in_reverse_video() -> None:

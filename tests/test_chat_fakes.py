@@ -41,6 +41,7 @@ class Answer:
     tool_call_id: str
     outcome: str | None  # "selected", "cancelled", or None when withdrawn
     option_id: str | None = None
+    meta: dict[str, Any] | None = None  # the outcome's ``_meta`` (a denial's reason)
 
 
 @dataclass
@@ -325,6 +326,7 @@ class FakeRuntime:
         if result is not None:
             answer.outcome = result["outcome"]["outcome"]
             answer.option_id = result["outcome"].get("optionId")
+            answer.meta = result["outcome"].get("_meta")
         self.answers.append(answer)
         allowed = answer.option_id in ("allow", "allow-always")
         decided_by = "editor" if result is not None else "timeout"
@@ -411,9 +413,7 @@ async def running_chat(
     send, receive = trio.open_memory_channel[InputEvent](256)
     async with trio.open_nursery() as nursery:
         await nursery.start(runtime.serve, theirs)
-        async with permclient.open_client(
-            ours, dialect="bridge", telemetry=telemetry
-        ) as client:
+        async with permclient.open_client(ours, dialect="bridge", telemetry=telemetry) as client:
             # No arming delay nor repeat guard unless a test asks: keys come in at once.
             options = options or ChatOptions(arm_delay=0, repeat_guard=0)
             app = ChatApp(client, screen(console), options)

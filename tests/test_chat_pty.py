@@ -27,6 +27,7 @@ ARMED = "Press 1-4 to choose"
 # Between what the prompt shows and what you typed, Rich puts style codes.
 STYLE = r"(?:\x1b\[[0-9;]*m)*"
 CURSOR = r"\x1b\[7m \x1b\[0m"  # the prompt's drawn cursor (reverse video)
+REASON = "reason" + STYLE + " > "  # the prompt line, once a deny option's key was pressed
 
 
 def _alive(pid: int) -> bool:
@@ -92,6 +93,14 @@ class Chat:
     def say(self, line: str) -> None:
         self.child.send(line + "\r")
 
+    def deny(self, key: str, reason: str = "") -> None:
+        """Press the deny option ``key``: once the prompt line takes a reason (a key
+        read with the Enter would be text, not an answer), type ``reason``, then Enter
+        sends the denial."""
+        self.child.send(key)
+        self.expect(REASON)
+        self.child.send(reason + "\r")
+
     def plain_transcript(self) -> str:
         """What the chat printed so far, without terminal escapes."""
         return re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", self.transcript.read_text())
@@ -146,8 +155,14 @@ def test_deny_then_allow_a_file_in_the_workspace(chat_in: Any) -> None:
     chat.child.send("9")
     chat.expect("there is no option 9")
     assert chat.events("approval.responded") == []
-    chat.child.send("3")
+    chat.child.send("3")  # Deny: the prompt line takes a reason, nothing is answered yet
+    chat.expect("Reason for denying")
+    chat.expect(REASON)
+    assert chat.events("approval.responded") == []
+    chat.child.send("not yet\r")
+    chat.expect("reason: " + STYLE + "not yet")  # the receipt
     chat.expect("denied by you")
+    chat.expect("saying: not yet")  # the runtime got the reason
     chat.expect("turn ended")
     chat.expect_prompt()
     assert not target.exists()
@@ -174,7 +189,7 @@ def test_a_file_outside_the_workspace_goes_through_the_shell_and_asks(chat_in: A
         chat.expect(r"Command" + STYLE + " +" + STYLE + r"\$ python3")
         # A compound command is offered no standing grant: 1 Allow, 2 Deny.
         chat.expect(ARMED.replace("1-4", "1-2"))
-        chat.child.send("2")
+        chat.deny("2")
         chat.expect("failed" + STYLE + " — denied")
         chat.expect("turn ended")
         assert not outside.exists()
@@ -276,7 +291,13 @@ def test_a_script_on_stdin_drives_the_chat(tmp_path: Path) -> None:
     out = result.stdout
     assert result.returncode == 0, result.stderr
     assert "\x1b" not in out  # readable without a terminal
-    assert "Answer with a line: 1-4, or esc (cancelled)." in out
+    # The card's hint, wrapped in its 80-column frame: unwrapped, it names every answer.
+    unwrapped = re.sub(r" *│\n│ *", " ", out)
+    assert re.search(
+        r"Answer with a line: 1-4 \(a deny option may be followed by a reason\), "
+        r"a-?b \(an editor rule\), or esc \(cancelled\)\.",  # this card offers two rules
+        unwrapped,
+    )
     assert "→ Deny" in out and "denied by you" in out
     assert "→ Allow" in out and "completed — allowed by you" in out
     assert "Sessions" in out
@@ -300,7 +321,7 @@ def test_two_sessions_queue_their_cards_one_at_a_time(chat_in: Any) -> None:
     chat.expect(r"→ .*Allow.* · fs\.write: a\.txt · Session 1 \(s-")
     # The second card, Second's b.txt, once armed (its subtitle names the session).
     chat.expect(ARMED + r"[^╰]*╰[^╯]* Second \(s-")
-    chat.child.send("3")
+    chat.deny("3")
     chat.expect(r"→ .*Deny.* · fs\.write: b\.txt · Second \(s-")
     chat.expect_prompt()
     chat.say("/sessions")
@@ -321,8 +342,8 @@ def test_allow_always_then_a_standing_grant_applies(chat_in: Any) -> None:
     chat.child.send("2")  # allow always: a standing grant asks to be confirmed
     chat.expect("Confirm: ")
     chat.expect("Always allow")
-    chat.expect("Enter confirms")
-    chat.child.send("\r")
+    chat.expect("y confirms")
+    chat.child.send("y")
     chat.expect("turn ended")
     chat.expect_prompt()
     chat.say("edit g.txt: 1 => 2")
@@ -350,7 +371,7 @@ def test_typing_see_file_2_while_the_card_opens_answers_nothing(
     assert not (chat.workspace / "t1.txt").exists()
     chat.child.sendcontrol("u")
     chat.expect(ARMED)
-    chat.child.send("3")
+    chat.deny("3")
     chat.expect("denied by you")
     chat.expect("turn ended")
     chat.expect_prompt()

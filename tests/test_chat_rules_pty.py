@@ -38,7 +38,7 @@ def test_an_always_allow_git_status_rule_answers_it_asks_for_git_push_and_revoki
     chat.child.send("a")  # "Always allow `git status …` in this workspace": shown, then saved
     chat.expect("Save editor rule: ")
     chat.expect("allow `git status …` in this workspace, until revoked")
-    chat.child.send("\r")
+    chat.child.send("y")
     chat.expect("rule 1 saved")
     chat.expect("rule 1 allowed")
     chat.expect("turn ended")

@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.text import Text
 
 from simhost.chat.card import PermissionCard
+from simhost.chat.keys import Key
 from simhost.chat.screen import FRAME_S, LiveScreen, PlainScreen, View
 
 from .test_chat_card import command_card, many_options_card, request
@@ -143,7 +144,7 @@ async def test_the_v_key_on_a_card_prints_it_whole() -> None:
         assert chat.app.mode == "card"  # still asking: v answers nothing
         await chat.press("v")
         assert chat.text.count("Permission request") == before + 2
-        await chat.press("3")
+        await chat.press("3", Key("enter"))  # deny (the deny option takes a reason; none)
         assert chat.app.mode != "card"
         await chat.press("v")  # no card: a letter for the prompt
         assert chat.text.count("Permission request") == before + 2

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from permclient import RequestError
+from simhost.chat.keys import Key
 from simhost.chat.render import COMMANDS, KEYS
 
 from .test_chat_fakes import Harness, running_chat
@@ -34,7 +35,7 @@ async def test_a_tool_title_with_a_line_break_forges_no_transcript_line() -> Non
         chat.runtime.say_outcome = False  # the agent's own message lines are its to make
         # The card, the answer's receipt (→) and the tool line all show the title.
         await chat.type_line(f"ask {_typed('x' + chr(10) + FORGED)}")
-        await chat.press("3")
+        await chat.press("3", Key("enter"))  # deny, without a reason
         assert "→ Deny  reject_once · fs.write: x\\n✓ fs.write: x" in chat.text
         # A withdrawn card's notice (⊘) shows it too.
         await chat.type_line(f"withdraw {_typed('w' + chr(10) + FORGED)}; gate")
@@ -101,7 +102,7 @@ async def test_policy_names_each_standing_grant_on_one_line() -> None:
 def test_help_names_every_command_and_key_the_docs_describe() -> None:
     docs = DOCS.read_text(encoding="utf-8")
     helped = {name.split()[0] for name, _ in COMMANDS if name.startswith("/")}
-    documented = set(re.findall(r"^\| `(/[a-z]+)", docs, flags=re.MULTILINE))
+    documented = set(re.findall(r"^\| `(/[a-z][a-z-]*)", docs, flags=re.MULTILINE))
     assert helped - {"/quit"} == documented
     assert ("/switch SESSION", "make SESSION current (loads it; the runtime activates it)") in (
         COMMANDS
@@ -111,6 +112,11 @@ def test_help_names_every_command_and_key_the_docs_describe() -> None:
     keys = dict(KEYS)
     assert keys["v"] == "on a card: print the whole card into the transcript (answers nothing)"
     assert "| `v` | print the whole card into the transcript (answers nothing) |" in docs
+    # The keys of a card's editor rules, and a deny option's reason.
+    assert keys["a-d"].startswith("on a card: save that editor rule")
+    assert "| `a`…`d` | save that editor rule" in docs
+    assert "a deny option then takes a reason" in keys["1-9"]
+    assert "Reason for denying (optional, sent to the agent)" in docs
 
 
 async def test_help_is_shown_with_switch_and_the_v_key() -> None:

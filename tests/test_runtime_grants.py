@@ -800,8 +800,8 @@ def test_the_chat_shows_the_scope_on_the_card_and_a_receipt_when_a_grant_answers
     chat.child.send("2")
     chat.expect("Confirm: ")
     chat.expect(re.escape("Always allow `ls …` in this session"))
-    chat.expect("Enter confirms")
-    chat.child.send("\r")
+    chat.expect("y confirms")
+    chat.child.send("y")
     chat.expect("turn ended")
     chat.expect_prompt()
     chat.say("run ls .")
@@ -813,7 +813,7 @@ def test_the_chat_shows_the_scope_on_the_card_and_a_receipt_when_a_grant_answers
     chat.say("run rm -f nothing.txt")  # not covered: a card again
     chat.expect("Permission request")
     chat.expect(test_chat_pty.ARMED)
-    chat.child.send("3")
+    chat.deny("3")
     chat.expect("turn ended")
     assert len(chat.events("approval.requested")) == 2
     chat.quit()

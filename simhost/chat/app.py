@@ -29,7 +29,8 @@ Concurrency model:
   again within ``repeat_guard`` (a second), is its auto-repeat and answers nothing.
   There is no default option.
 * Digits pick by position, which differs between cards: an ``allow_always``
-  option picked by key waits for Enter (read after the digit); any other key
+  option (or an editor rule) picked by key waits for ``y`` (read after it; not
+  Enter, which sends a denial and so is in every person's habits); any other key
   goes back, and the question goes with its card.
 """
 
@@ -113,7 +114,7 @@ InputMode = Literal["keys", "lines"]
 @dataclass(frozen=True)
 class _Confirming:
     """An ``allow_always`` option (``number``) or an editor rule (``rule``) picked by
-    key on ``card``: it waits for Enter."""
+    key on ``card``: it waits for ``y``."""
 
     card: Approval
     number: int
@@ -211,7 +212,7 @@ class ChatApp:
         self._tool_meta: dict[tuple[str, str], dict[str, Any]] = {}
         self._shown: Approval | None = None
         self._card_key: tuple[Key, float] | None = None  # the last key a card took, and when
-        self._confirming: _Confirming | None = None  # an allow_always pick waiting for Enter
+        self._confirming: _Confirming | None = None  # an allow_always pick waiting for y
         self._reasoning: _Reasoning | None = None  # a deny pick waiting for its reason
         self._batch: _Batch | None = None  # a batch answer waiting for a yes
         self._cancelled_turns: set[str] = set()  # sessions whose turn we cancelled
@@ -419,17 +420,19 @@ class ChatApp:
         return 1 <= number <= len(options) and options[number - 1].kind == "allow_always"
 
     def _on_confirm_key(self, confirming: _Confirming, key: Key, read_at: float) -> None:
-        """A key while an ``allow_always`` pick waits: Enter confirms it, any other goes back.
+        """A key while an ``allow_always`` pick (or an editor rule) waits: ``y`` confirms
+        it, any other goes back.
 
         A digit is position, and positions differ between cards: the 2 that denied
         the last card can be "always allow" on this one. So a standing grant picked
-        by key needs a second, different key, read after the question was drawn.
+        by key needs a second, different key, read after the question was drawn; and
+        not Enter, which follows every denial (it sends the reason) and so comes by habit.
         """
         card = confirming.card
-        if key.name == "enter":
+        if key.name == "char" and key.char in "yY":
             if key.burst or read_at <= confirming.picked_at:
-                # Read with the digit ("2" and Enter in one read): not a second look.
-                self._note("read the confirmation first: the next Enter confirms it")
+                # Read with the digit ("2y" in one read): not a second look.
+                self._note("read the confirmation first: the next y confirms it")
                 return
             self._confirming = None
             if confirming.rule is not None:
@@ -439,7 +442,7 @@ class ChatApp:
             self._answer(
                 card,
                 Selected(options[confirming.number - 1].option_id),
-                how=f"{confirming.number}, Enter",
+                how=f"{confirming.number}, y",
             )
             return
         self._confirming = None
@@ -543,7 +546,7 @@ class ChatApp:
         head = self.queue.head
         if head is None or self.exit_code is not None:
             return None
-        if self._reasoning is not None:
+        if self._reasoning is not None and self._reasoning.card in self.queue:
             return self._reasoning.card
         if self.foreground is None and self.editor.text:
             return None  # you are typing at the prompt: the marker says a card waits
@@ -866,7 +869,8 @@ class ChatApp:
         keys = f"1-{count}" if count > 1 else "1"
         rules = len(card.suggestions)
         if self.options.input_mode == "lines":
-            also = f", {_RULE_KEYS[:rules]} (an editor rule)" if rules else ""
+            letters = "a" if rules == 1 else f"a-{_RULE_KEYS[rules - 1]}"
+            also = f", {letters} (an editor rule)" if rules else ""
             return Text(
                 f"Answer with a line: {keys} (a deny option may be followed by a reason){also}, "
                 "or esc (cancelled).",
@@ -888,14 +892,14 @@ class ChatApp:
             hint.append_text(
                 escaped(self._confirming.rule.describe(workspace), "bold yellow", limit=400)
             )
-            hint.append("? Enter saves it (it answers this card) · any other key goes back")
+            hint.append("? y saves it (it answers this card) · any other key goes back")
             return hint
         if self._confirming is not None and self._confirming.card is card:
             option = card.request.options[self._confirming.number - 1]
             hint = Text("Confirm: ", style="bold yellow")
             hint.append_text(escaped(option.name, "bold yellow", limit=_CONFIRM_CHARS))
             hint.append(" (a standing grant)? ", style="bold yellow")
-            hint.append("Enter confirms · any other key goes back, answering nothing")
+            hint.append("y confirms · any other key goes back, answering nothing")
             return hint
         if self._keyboard_card() is None:
             return Text("… (read the card: keys go to the prompt line for now)", style="dim italic")

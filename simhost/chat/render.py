@@ -77,7 +77,8 @@ COMMANDS: Final[Sequence[tuple[str, str]]] = (
 )
 KEYS: Final[Sequence[tuple[str, str]]] = (
     ("1-9", "on a card: choose that option (a deny option then takes a reason: Enter sends)"),
-    ("a-d", "on a card: save that editor rule (its scope is shown; Enter confirms)"),
+    ("a-d", "on a card: save that editor rule (its scope is shown first)"),
+    ("y", "on a card: confirm an always option or an editor rule picked by key"),
     ("Esc", "on a card: answer cancelled (a denial)"),
     ("v", "on a card: print the whole card into the transcript (answers nothing)"),
     ("Enter", "on a card: does nothing (there is no default option)"),
