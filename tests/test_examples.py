@@ -103,6 +103,21 @@ def test_handler_shapes_puts_a_rule_in_front_of_a_person(shape: str, tmp_path: P
     assert "notes.txt was not written" in denied.stdout
 
 
+def test_editor_rules_answer_what_they_cover_and_the_person_the_rest(tmp_path: Path) -> None:
+    example = str(EXAMPLES / "editor_rules.py")
+    result = run(example, cwd=tmp_path, stdin="y\n")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "rule 1 allowed local_shell: git status: allow `git status …` in this workspace" in out
+    assert "rule 2 allowed fs.write: docs/guide.md: allow edit paths docs/** in this" in out
+    assert "rule 3 denied local_shell: rm -f old.txt: deny `rm …` in every workspace" in out
+    # Only what no rule covers reached the person.
+    assert out.count("permission asked:") == 1 and "permission asked: fs.write: notes.txt" in out
+    assert "rules answered 3 questions" in out and "notes.txt exists" in out
+    refused = run(example, cwd=tmp_path, stdin="n\n")
+    assert "notes.txt was not written" in refused.stdout
+
+
 def test_card_inbox_approves_nothing_without_input(tmp_path: Path) -> None:
     result = run(str(EXAMPLES / "card_inbox.py"), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -275,6 +290,8 @@ PROGRAMS = [
         waiting="Content-Length",  # it answered sessionNew, and waits for the next request
         stdin=_frame({"id": 1, "method": "sessionNew", "params": {"title": "t"}}),
     ),
+    # Its own workspace: only the write of notes.txt asks.
+    Program("editor_rules.py", waiting="permission asked:", approved=r"notes.txt exists"),
     # Reads are allowed by its own rule; the edit (call-1-1) and the run (call-1-2) asked.
     Program("terminal_approver.py", waiting="choose 1-", approved=r"call-1-[12]: completed"),
     Program("threaded_plugin.py", ("--workspace", "{w}"), "allow? [y/N]", written="notes.txt"),
