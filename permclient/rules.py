@@ -235,10 +235,29 @@ def _subject(
         outside = True
     named = [location.path for location in call.locations or ()]
     named += [item.path for item in call.content or () if isinstance(item, Diff)]
+    named += _raw_paths(raw)
     paths = tuple(dict.fromkeys(_absolute(path, cwd, resolve) for path in named))
     outside = outside or any(path.startswith("~") for path in named)
     outside = outside or not all(_inside(path, workspace) for path in paths)
     return Subject(call.kind, call.title, words, all_words, paths, outside)
+
+
+_PATH_KEY = re.compile(r"path|file|dir|cwd|dest|source|target|root|folder", re.I)
+
+
+def _raw_paths(raw: Any) -> list[str]:
+    """The paths a tool's input names under a key that says so (``path``,
+    ``file_path``, ``dir``, ``destination``, ...): strings, or lists of them."""
+    if not isinstance(raw, dict):
+        return []
+    found: list[str] = []
+    for key, value in raw.items():
+        if key == "cwd" or not _PATH_KEY.search(key):
+            continue
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, str) and item:
+                found.append(item)
+    return found
 
 
 def _raw_input(raw: msgspec.Raw) -> Any:
@@ -258,7 +277,7 @@ def _command_words(
         shell = len(command) == 3 and posixpath.basename(command[0]) in _SHELLS
         if shell and command[1] in ("-c", "-lc", "-ic"):
             return _command_words(command[2])  # a shell running one string
-        return tuple(command), tuple(command)
+        return tuple(command), _deny_words(command)
     if not isinstance(command, str) or not command.strip():
         return None, ()
     return _shell_words(command)
@@ -292,14 +311,35 @@ def _plain_words(command: str) -> tuple[str, ...] | None:
     return words or None
 
 
-def _every_word(command: str) -> tuple[str, ...]:
+def _every_word(command: str, depth: int = 0) -> tuple[str, ...]:
     """Every word of a shell string, operators split off (for deny rules)."""
     spaced = _OPERATOR.sub(" ; ", command)
     try:
         words = shlex.split(spaced)
     except ValueError:  # unbalanced quotes: the shell would refuse it too
         words = spaced.split()
-    return tuple(word for word in words if word != ";")
+    return _deny_words(words, depth)
+
+
+def _deny_words(words: Sequence[str], depth: int = 0) -> tuple[str, ...]:
+    """The words deny rules look in: operators taken out, a program named by its
+    path (``/bin/rm``) also named by its name, and the words of a script a shell
+    runs (``bash -c '…'``) added after it."""
+    found: list[str] = []
+    starts = True  # at the start of a simple command
+    for index, word in enumerate(words):
+        if word == ";":
+            starts = True
+            continue
+        program = posixpath.basename(word) if starts and "/" in word else word
+        found.append(program)
+        starts = False
+        script = words[index + 2] if index + 2 < len(words) else None
+        flags = words[index + 1] if index + 1 < len(words) else ""
+        runs_script = flags.startswith("-") and "c" in flags and not flags.startswith("--")
+        if posixpath.basename(word) in _SHELLS and runs_script and script and depth < 4:
+            found += (";", *_every_word(script, depth + 1))
+    return tuple(word for word in found if word != ";")
 
 
 def _absolute(path: str, base: str, resolve: Callable[[str], str] | None) -> str:
@@ -396,7 +436,10 @@ def _covers(
     rule = entry.rule
     if rule.kinds and subject.kind not in rule.kinds:
         return False
-    if rule.command:
+    if not rule.command:
+        if rule.effect == "allow" and subject.all_words:
+            return False  # a command is allowed only by a rule that names it
+    else:
         size = len(rule.command)
         if rule.effect == "allow":
             if subject.words is None or subject.words[:size] != rule.command:

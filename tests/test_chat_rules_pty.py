@@ -113,3 +113,32 @@ def test_a_batch_answer_answers_exactly_the_listed_questions(chat_in: Any) -> No
     chat.child.send("1")
     chat.expect(r"burst 2: \d completed, 1 denied")  # (Second wrote burst-2.txt first)
     chat.quit()
+
+
+def test_rules_edit_opens_the_file_in_the_editor_and_reads_it_again(
+    chat_in: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The "editor" shows it has the terminal (it reads a line from it), then appends a
+    # deny rule for `git push` to the file it was given.
+    editor = tmp_path / "editor.sh"
+    editor.write_text(
+        "#!/bin/sh\n"
+        'printf "editing %s\\n" "$1"\n'
+        "read answer\n"
+        'printf "\\n[[rule]]\\neffect = \\"deny\\"\\nscope = \\"everywhere\\"\\n'
+        'lifetime = \\"revoked\\"\\ncommand = [\\"git\\", \\"push\\"]\\n" >> "$1"\n'
+    )
+    editor.chmod(0o755)
+    monkeypatch.setenv("EDITOR", str(editor))
+    chat: Chat = chat_in()
+    chat.say("/rules edit")
+    chat.expect("editing .*rules.toml")
+    chat.child.send("typed in the editor\r")  # the editor reads it, not the chat
+    chat.expect("1 rules: /rules lists them")
+    chat.expect_prompt()
+    chat.say("run git push")
+    chat.expect("rule 1 denied")
+    chat.expect("turn ended")
+    chat.expect_prompt()
+    assert "You said: typed" not in chat.plain_transcript()
+    chat.quit()

@@ -42,6 +42,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Final, Literal
 
 import trio
@@ -66,6 +67,7 @@ from permclient.rules import (
     RuleAnswer,
     RuleEngine,
     reason_of,
+    save_rules,
     suggested_rules,
     with_reason,
 )
@@ -182,8 +184,11 @@ class ChatApp:
         backend: Backend | None = None,
         rulebook: RuleBook | None = None,
         audit: AuditLog | None = None,
+        edit: Callable[[Path], Awaitable[int]] | None = None,
     ) -> None:
         self.client = client
+        self._edit = edit
+        """Opens a file in the person's editor, on this terminal (``None``: cannot)."""
         self.rulebook = rulebook
         """The editor's rules (``None``: no rules, every question goes to the person)."""
         self.audit = audit
@@ -713,17 +718,46 @@ class ChatApp:
                 self._note(f"the rule was not revoked: {exc.strerror or exc}", style="red")
                 return
             self._note(f"rule {number} revoked: {rule.describe(book.engine.workspace)}")
+        elif verb == "edit" and self._edit is not None and self.foreground is None:
+            self._spawn(Job("editing the rules", None), self._cmd_rules_edit, foreground=True)
         elif verb == "edit":
+            why = "set $VISUAL or $EDITOR to open it from here; " if self._edit is None else ""
             self._note(
                 f"this workspace's rules: {book.workspace_file}; everywhere: {book.user_file}. "
-                "Edit them, then /rules reload (a rule that cannot be read is skipped).",
+                f"{why}edit them, then /rules reload (a rule that cannot be read is skipped)",
             )
         elif verb == "reload":
-            for warning in book.load():
-                self._note(warning, style="yellow")
-            self._note(f"{len(book.engine.rules)} rules")
+            self._reload_rules(book)
         else:
             self._note("usage: /rules, /rules rm N, /rules edit, /rules reload", style="red")
+
+    def _reload_rules(self, book: RuleBook) -> None:
+        for warning in book.load():
+            self._note(warning, style="yellow")
+        self._note(f"{len(book.engine.rules)} rules: /rules lists them")
+
+    async def _cmd_rules_edit(self) -> None:
+        """Open this workspace's rules file in the person's editor, then read it again."""
+        book, edit = self.rulebook, self._edit
+        assert book is not None and edit is not None
+        path = book.workspace_file
+        try:
+            if not path.exists():  # a file with its header, to write rules in
+                save_rules(path, [rule for rule in book.engine.rules if book.file_of(rule) == path])
+        except OSError as exc:
+            self._note(f"cannot write {path}: {exc.strerror or exc}", style="red")
+            return
+        self.screen.suspend()
+        try:
+            code = await edit(path)
+        except OSError as exc:
+            self._note(f"the editor did not start: {exc.strerror or exc}", style="red")
+            return
+        finally:
+            self.screen.resume()
+        if code != 0:
+            self._note(f"the editor exited with code {code}", style="yellow")
+        self._reload_rules(book)
 
     def _cmd_batch(self, command: str, arg: str) -> None:
         """``/allow-all WHAT`` or ``/deny-all WHAT``: list, then ask."""

@@ -14,7 +14,7 @@ import os
 import shlex
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +31,14 @@ from simhost.rulebook import open_rules
 from .app import DEFAULT_ARM_DELAY_S, DEFAULT_START_TIMEOUT_S, ChatApp, ChatOptions
 from .backends import AcpBackend
 from .screen import LiveScreen, PlainScreen, Screen
-from .terminal import InputEvent, forward_signals, raw_keyboard, start_reading
+from .terminal import (
+    InputEvent,
+    KeyboardPause,
+    forward_signals,
+    raw_keyboard,
+    run_in_terminal,
+    start_reading,
+)
 from .text import visible
 
 __all__ = ["ChatConfig", "RuntimeLog", "run_chat"]
@@ -185,6 +192,7 @@ async def run_chat(
         for warning in warnings:  # a rule that cannot be read is skipped, and said
             console.print(Text(f"rules: {visible(warning)}", style="yellow"), soft_wrap=True)
         app: ChatApp | None = None
+        pause = KeyboardPause()
         async with trio.open_nursery() as nursery:
             await nursery.start(forward_signals, send)  # Ctrl-C is an event before the spawn
             spawned = False
@@ -205,13 +213,16 @@ async def run_chat(
                         backend=backend,
                         rulebook=rulebook,
                         audit=audit,
+                        edit=_editor(stdin_fd, pause) if keyboard else None,
                     )
                     terminal = raw_keyboard(stdin_fd) if keyboard else nullcontext()
                     with terminal, _permclient_logs_to(screen):
                         screen.start()
                         nursery.start_soon(screen.run)  # batched redraws, resizes
                         try:
-                            start_reading(nursery, stdin_fd, send, app.wait_ready, keys=keyboard)
+                            start_reading(
+                                nursery, stdin_fd, send, app.wait_ready, keys=keyboard, pause=pause
+                            )
                             code = await app.run(receive)
                         finally:
                             screen.stop()
@@ -230,6 +241,20 @@ async def run_chat(
                 err_console.print(Text(visible(tail), style="dim"), soft_wrap=True)
     console.print(Text(f"bye: the {peer} is stopped", style="dim"))
     return code
+
+
+def _editor(fd: int, pause: KeyboardPause) -> Callable[[Path], Awaitable[int]] | None:
+    """Opens a file in ``$VISUAL`` or ``$EDITOR`` on the chat's terminal (``None``
+    when neither is set)."""
+    command = os.environ.get("VISUAL") or os.environ.get("EDITOR")
+    if not command:
+        return None
+    argv = shlex.split(command)
+
+    async def edit(path: Path) -> int:
+        return await run_in_terminal(fd, [*argv, str(path)], pause)
+
+    return edit
 
 
 def _error(err_console: Console, message: str) -> None:

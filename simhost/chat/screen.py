@@ -104,6 +104,13 @@ class Screen(Protocol):
     def stop(self) -> None:
         """Stop showing it (the terminal is left clean)."""
 
+    def suspend(self) -> None:
+        """Leave the terminal to another program (an editor): nothing is drawn, and
+        what is printed meanwhile waits for :meth:`resume`."""
+
+    def resume(self) -> None:
+        """Take the terminal back: draw what waited, and the live part."""
+
     async def run(self) -> None:
         """Keep the screen up to date until cancelled (batched redraws, resizes)."""
 
@@ -144,6 +151,7 @@ class LiveScreen:
         self._frame_s = frame_s
         self._synchronized = console.is_terminal and not console.is_dumb_terminal
         self._started = False
+        self._held = False  # suspended: prints wait, nothing is drawn
         self._running = False
         self._view = View()
         self._shown_card_id: int | None = None
@@ -170,7 +178,20 @@ class LiveScreen:
             self._live.update(Text(""), refresh=True)
             self._live.stop()
 
+    def suspend(self) -> None:
+        self.stop()
+        self._held = True
+
+    def resume(self) -> None:
+        self._held = False
+        self._dirty = True
+        self.start()
+        self._draw()
+
     def print(self, *renderables: RenderableType) -> None:
+        if self._held:
+            self._transcript.extend(renderables)
+            return
         if not self._started:
             self.console.print(*renderables)
             return
@@ -181,6 +202,9 @@ class LiveScreen:
         self.print(card.fitted(None))
 
     def refresh(self, view: View) -> None:
+        if self._held:
+            self._view, self._dirty = view, True
+            return
         if not self._started:
             return
         self._view = view
@@ -292,6 +316,12 @@ class PlainScreen:
         pass
 
     def stop(self) -> None:
+        pass
+
+    def suspend(self) -> None:
+        pass
+
+    def resume(self) -> None:
         pass
 
     async def run(self) -> None:

@@ -9,6 +9,7 @@ answer line is never taken for a prompt, or the other way round.
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import sys
@@ -118,27 +119,83 @@ def _write_quietly(fd: int, data: bytes) -> None:
         os.write(fd, data)
 
 
+class KeyboardPause:
+    """Lets the keys' reader stand aside while another program (an editor) has the
+    terminal: no key of its is read here meanwhile."""
+
+    def __init__(self) -> None:
+        self._resumed = trio.Event()
+        self._resumed.set()
+        self._waiting: trio.CancelScope | None = None
+
+    async def readable(self, fd: int) -> None:
+        """Wait until ``fd`` is readable and the reader is not paused."""
+        while True:
+            await self._resumed.wait()
+            with trio.CancelScope() as scope:
+                self._waiting = scope
+                await trio.lowlevel.wait_readable(fd)
+            self._waiting = None
+            if not scope.cancelled_caught:
+                return
+
+    def pause(self) -> None:
+        self._resumed = trio.Event()
+        if self._waiting is not None:
+            self._waiting.cancel()
+
+    def resume(self) -> None:
+        self._resumed.set()
+
+
+async def run_in_terminal(fd: int, argv: list[str], pause: KeyboardPause) -> int:
+    """Hand the terminal on ``fd`` to ``argv`` (an editor), in its usual mode, and
+    take it back in raw mode once it exits; returns its exit code. The keys' reader
+    stands aside meanwhile. Raises :class:`OSError` if it cannot be started."""
+    import termios
+
+    raw = termios.tcgetattr(fd)
+    cooked = termios.tcgetattr(fd)
+    cooked[0] |= termios.ICRNL | termios.IXON | termios.BRKINT
+    cooked[3] |= termios.ICANON | termios.ECHO | termios.ISIG | termios.IEXTEN
+    pause.pause()
+    try:
+        _write_quietly(fd, BRACKETED_PASTE_OFF)
+        termios.tcsetattr(fd, termios.TCSADRAIN, cooked)
+        process = await trio.run_process(argv, check=False, stdin=fd)
+        return process.returncode
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, raw)
+        _write_quietly(fd, BRACKETED_PASTE_ON)
+        pause.resume()
+
+
 async def read_keys(
-    fd: int, send: trio.MemorySendChannel[InputEvent], *, esc_timeout: float = ESC_TIMEOUT_S
+    fd: int,
+    send: trio.MemorySendChannel[InputEvent],
+    *,
+    esc_timeout: float = ESC_TIMEOUT_S,
+    pause: KeyboardPause | None = None,
 ) -> None:
     """Read a raw terminal on ``fd`` and send its keys; :class:`EndOfInput` at EOF.
 
     Waits for readability with trio (the fd stays blocking, so nothing else
     sharing the terminal sees ``O_NONBLOCK``) and reads what is there.
     """
+    pause = pause or KeyboardPause()
     decoder = KeyDecoder()
     read_at = trio.current_time()
     while True:
         if decoder.pending:
             timeout = PASTE_TIMEOUT_S if decoder.in_paste else esc_timeout
             with trio.move_on_after(timeout) as waited:
-                await trio.lowlevel.wait_readable(fd)
+                await pause.readable(fd)
             if waited.cancelled_caught:
                 for key in decoder.flush():  # keys of bytes read at read_at
                     await send.send(replace(key, at=read_at))
                 continue
         else:
-            await trio.lowlevel.wait_readable(fd)
+            await pause.readable(fd)
         try:
             data = os.read(fd, _READ_SIZE)
         except BlockingIOError:
@@ -160,11 +217,13 @@ def start_reading(
     wait_ready: Callable[[], Awaitable[None]],
     *,
     keys: bool,
+    pause: KeyboardPause | None = None,
 ) -> None:
     """Read ``fd`` in ``nursery``: its keys (a terminal in raw mode, see
-    :func:`read_keys`) or its lines, each sent once ``wait_ready`` returns."""
+    :func:`read_keys`; ``pause`` lets them stand aside) or its lines, each sent once
+    ``wait_ready`` returns."""
     if keys:
-        nursery.start_soon(read_keys, fd, send)
+        nursery.start_soon(functools.partial(read_keys, fd, send, pause=pause))
     else:
         nursery.start_soon(read_lines, fd, send, wait_ready)
 
