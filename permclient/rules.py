@@ -80,6 +80,7 @@ MAX_REASON: Final = 1000
 """The longest reason sent (in characters); a longer one is cut."""
 
 _SHELLS: Final = frozenset({"sh", "bash", "zsh", "dash", "ksh", "fish"})
+_MAX_NESTING: Final = 8  # shells within shells read for deny rules
 _SHELL_SPECIAL: Final = frozenset(";&|<>()$`\\*?[]{}~#!")
 _DOUBLE_QUOTED_SPECIAL: Final = frozenset("$`\\!")
 _OPERATOR = re.compile(r"[;&|()<>`]+")
@@ -227,7 +228,7 @@ def _subject(
         if isinstance(given, str) and given:
             cwd = _absolute(given, workspace, resolve)
         outside = not isinstance(given, str) or given.startswith("~") or not _inside(cwd, workspace)
-    command = raw.get("command") if isinstance(raw, dict) else None
+    command = _command_of(raw)
     words, all_words = _command_words(command)
     if words is None:  # a command the shell would expand or chain: where it goes, no one can tell
         outside = outside or command is not None
@@ -242,21 +243,35 @@ def _subject(
     return Subject(call.kind, call.title, words, all_words, paths, outside)
 
 
-_PATH_KEY = re.compile(r"path|file|dir|cwd|dest|source|target|root|folder", re.I)
+_PATH_KEY_NAMES: Final = (
+    "path paths file files filepath filepaths filename abspath absolutepath relativepath"
+    " dir dirs directory dirpath folder workdir root rootpath dest destination destpath"
+    " source sourcepath src srcpath targetpath targetfile targetdir notebookpath"
+)
+_PATH_KEYS: Final = frozenset(_PATH_KEY_NAMES.split())  # (compared without _ and -, any case)
 
 
-def _raw_paths(raw: Any) -> list[str]:
+def _raw_paths(raw: Any, depth: int = 0) -> list[str]:
     """The paths a tool's input names under a key that says so (``path``,
-    ``file_path``, ``dir``, ``destination``, ...): strings, or lists of them."""
+    ``file_path``, ``targetDir``, ``destination``, ...): strings or lists of them,
+    also in objects nested a few levels down (``{"edits": [{"file_path": …}]}``)."""
+    found: list[str] = []
+    if isinstance(raw, list):
+        for item in raw:
+            if isinstance(item, dict | list) and depth < 3:
+                found += _raw_paths(item, depth + 1)
+        return found
     if not isinstance(raw, dict):
         return []
-    found: list[str] = []
     for key, value in raw.items():
-        if key == "cwd" or not _PATH_KEY.search(key):
+        if not isinstance(key, str):
             continue
-        for item in value if isinstance(value, list) else [value]:
-            if isinstance(item, str) and item:
-                found.append(item)
+        if key.replace("_", "").replace("-", "").lower() in _PATH_KEYS:
+            for item in value if isinstance(value, list) else [value]:
+                if isinstance(item, str) and item:
+                    found.append(item)
+        elif isinstance(value, dict | list) and depth < 3:
+            found += _raw_paths(value, depth + 1)
     return found
 
 
@@ -267,6 +282,13 @@ def _raw_input(raw: msgspec.Raw) -> Any:
         return msgspec.json.decode(raw)
     except msgspec.DecodeError:  # (checked when the request was decoded)
         return None
+
+
+def _command_of(raw: Any) -> object:
+    """The shell command a tool's input holds (``command``, or ``cmd``), if any."""
+    if not isinstance(raw, dict):
+        return None
+    return raw.get("command", raw.get("cmd"))
 
 
 def _command_words(
@@ -322,24 +344,36 @@ def _every_word(command: str, depth: int = 0) -> tuple[str, ...]:
 
 
 def _deny_words(words: Sequence[str], depth: int = 0) -> tuple[str, ...]:
-    """The words deny rules look in: operators taken out, a program named by its
-    path (``/bin/rm``) also named by its name, and the words of a script a shell
-    runs (``bash -c '…'``) added after it."""
-    found: list[str] = []
-    starts = True  # at the start of a simple command
+    """The words deny rules look in: every word as written, operators taken out;
+    then, if they differ, the same with each path-named word (``/bin/rm``) by its
+    name (``rm``); the words of a script a shell runs (``bash -e -c '…'``) follow
+    its shell's."""
+    written: list[str] = []
     for index, word in enumerate(words):
         if word == ";":
-            starts = True
             continue
-        program = posixpath.basename(word) if starts and "/" in word else word
-        found.append(program)
-        starts = False
-        script = words[index + 2] if index + 2 < len(words) else None
-        flags = words[index + 1] if index + 1 < len(words) else ""
-        runs_script = flags.startswith("-") and "c" in flags and not flags.startswith("--")
-        if posixpath.basename(word) in _SHELLS and runs_script and script and depth < 4:
-            found += (";", *_every_word(script, depth + 1))
-    return tuple(word for word in found if word != ";")
+        written.append(word)
+        script = _shell_script(words, index)
+        if script is not None and depth < _MAX_NESTING:
+            written += _every_word(script, depth + 1)
+    named = [posixpath.basename(word) if "/" in word.rstrip("/") else word for word in written]
+    return tuple(written) if named == written else (*written, *named)
+
+
+def _shell_script(words: Sequence[str], index: int) -> str | None:
+    """The script ``words[index]`` runs, if it is a shell given ``-c`` (its flags
+    may come apart, as in ``bash -e -c``, and ``--`` may end them)."""
+    if posixpath.basename(words[index]) not in _SHELLS:
+        return None
+    runs_script = False
+    at = index + 1
+    while at < len(words) and words[at].startswith("-") and words[at] != "--":
+        flag = words[at]
+        runs_script = runs_script or (not flag.startswith("--") and "c" in flag[1:])
+        at += 1
+    if at < len(words) and words[at] == "--":
+        at += 1
+    return words[at] if runs_script and at < len(words) else None
 
 
 def _absolute(path: str, base: str, resolve: Callable[[str], str] | None) -> str:
@@ -554,6 +588,9 @@ class RuleEngine(Rule):
         self._kind_lists: dict[str | None, list[_Entry]] = {}
         self.replace_rules(rules)
 
+    def __repr__(self) -> str:  # (Rule's would show decide(), whose repr shows this)
+        return f"RuleEngine({len(self._entries)} rules, workspace={self.workspace!r})"
+
     # -- the rules
 
     @property
@@ -646,7 +683,7 @@ class RuleEngine(Rule):
         candidates: list[_Entry] = self._kind_lists.get(kind, self._general)
         raw = _raw_input(request.tool_call.raw_input_json)
         if self._by_word:  # the rules naming a word of the command
-            command = raw.get("command") if isinstance(raw, dict) else None
+            command = _command_of(raw)
             found = [
                 entry
                 for word in set(_command_words(command)[1])

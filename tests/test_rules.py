@@ -311,7 +311,7 @@ def near_allow_rules(
     data=st.data(),
     command=commands(),
     paths=st.lists(st.sampled_from(INSIDE_PATHS), max_size=3),
-    in_diff=st.booleans(),
+    named_in=st.sampled_from(["locations", "diffs", "raw input"]),
     kind=st.sampled_from(["execute", "edit", "read"]),
     title=st.sampled_from(["Run git status", "Edit src/a.py", "x"]),
 )
@@ -319,17 +319,20 @@ def test_a_rule_never_allows_a_command_or_path_it_does_not_cover(
     data: st.DataObject,
     command: tuple[Any, tuple[str, ...] | None, tuple[str, ...]],
     paths: list[str],
-    in_diff: bool,
+    named_in: str,
     kind: str,
     title: str,
 ) -> None:
     raw_command, plain, written = command
+    # In the raw input: the first path as a string, the rest as a list (keys saying "path").
+    raw = {"file_path": paths[0], "otherPaths": paths[1:]} if paths else {}
     req = request(
         raw_command,
         kind=kind,
         title=title,
-        locations=[] if in_diff else paths,
-        diffs=paths if in_diff else [],
+        locations=paths if named_in == "locations" else [],
+        diffs=paths if named_in == "diffs" else [],
+        raw=raw if named_in == "raw input" else None,
         options=EVERY_KIND,
     )
     near = near_allow_rules(written, paths, kind, title)
@@ -343,6 +346,8 @@ def test_a_rule_never_allows_a_command_or_path_it_does_not_cover(
     assert found is not None and found.decision == decision
     chosen = found.rule
     assert chosen.effect == "allow" and chosen is rules[found.number - 1]
+    if raw_command is not None:  # a command is allowed only by a rule that names it
+        assert chosen.command, f"allowed {raw_command!r} by a rule naming no command"
     if chosen.command:  # the words the shell runs start with the rule's
         assert plain is not None, f"allowed a command the shell expands: {raw_command!r}"
         assert plain[: len(chosen.command)] == chosen.command
@@ -400,16 +405,17 @@ def broad_allow_rules(draw: st.DrawFn, req: PermissionRequest) -> list[EditorRul
     """Allow rules that would cover ``req`` but for what it names outside."""
     subject = subject_of(req, WS)
     kind = req.tool_call.kind
-    made = [
-        rule(kinds=tuple(KINDS)),
-        rule(title="*"),
-        rule(paths=("**", "/**")),
-        rule(kinds=(kind,) if kind else (), paths=("/**",)),
+    broadest: list[dict[str, Any]] = [
+        {"kinds": tuple(KINDS)},
+        {"title": "*"},
+        {"paths": ("**", "/**")},
+        {"kinds": (kind,) if kind else (), "paths": ("/**",)},
     ]
+    made = [rule(**fields) for fields in broadest]  # (they allow no command at all)
     words = subject.words if subject.words is not None else subject.all_words
-    if words:
+    if words:  # the same, naming the command (the only rules that could allow it)
+        made += [rule(command=words[:1], **fields) for fields in broadest]
         made.append(rule(command=words[: draw(st.integers(1, len(words)))]))
-        made.append(rule(command=words[:1], paths=("/**",)))
     scope: Scope = draw(st.sampled_from(["everywhere", "workspace", "session"]))
     where: dict[str, Any] = {"everywhere": {}, "workspace": {"workspace": WS}}.get(
         scope, {"session_id": req.session_id}
@@ -423,10 +429,10 @@ def broad_allow_rules(draw: st.DrawFn, req: PermissionRequest) -> list[EditorRul
 @FAST
 @given(
     data=st.data(),
-    base_words=st.lists(st.sampled_from(WORDS), min_size=1, max_size=3),
+    base_words=st.lists(st.sampled_from(WORDS), max_size=3),
     base_paths=st.lists(st.sampled_from(INSIDE_PATHS), max_size=2),
     kind=st.sampled_from(["execute", "edit", "read", "other"]),
-    poison=st.sampled_from(["location", "diff", "cwd", "command", "cwd-relative"]),
+    poison=st.sampled_from(["location", "diff", "raw path", "cwd", "command", "cwd-relative"]),
 )
 def test_nothing_outside_the_workspace_is_ever_allowed_by_any_rule(
     data: st.DataObject,
@@ -436,7 +442,7 @@ def test_nothing_outside_the_workspace_is_ever_allowed_by_any_rule(
     poison: str,
 ) -> None:
     base: dict[str, Any] = {
-        "command": " ".join(base_words),
+        "command": " ".join(base_words) if base_words else None,  # (none: a file tool's)
         "kind": kind,
         "locations": list(base_paths),
         "diffs": [],
@@ -444,13 +450,22 @@ def test_nothing_outside_the_workspace_is_ever_allowed_by_any_rule(
     }
     inside = request(**base)
     # The same request, all inside: the broadest rules allow it (this test is not vacuous).
+    # A command is allowed only by a rule that names it: the broadest names its program.
     assert not subject_of(inside, WS).outside
-    assert engine(rule(kinds=tuple(KINDS))).decide(inside) == Selected("yes")
+    every_kind = rule(kinds=tuple(KINDS))
+    if base_words:
+        assert engine(every_kind).decide(inside) is None
+        every_kind = replace(every_kind, command=(base_words[0],))
+    assert engine(every_kind).decide(inside) == Selected("yes")
 
     if poison == "location":
         base["locations"] = [*base_paths, data.draw(st.sampled_from(OUTSIDE_PATHS))]
     elif poison == "diff":
         base["diffs"] = [data.draw(st.sampled_from(OUTSIDE_PATHS))]
+    elif poison == "raw path":  # named only by the tool's input, under a key saying so
+        key = data.draw(st.sampled_from(["file_path", "path", "paths", "targetDir", "Dest"]))
+        named = [*base_paths, data.draw(st.sampled_from(OUTSIDE_PATHS))]
+        base["raw"] = {key: named if key == "paths" else named[-1]}
     elif poison == "cwd":
         cwd = data.draw(st.sampled_from(OUTSIDE_CWDS))
         base["raw"] = {"cwd": cwd}  # (null and 3 too: not a folder's name)
@@ -535,13 +550,17 @@ def test_a_deny_rule_that_matches_beats_every_allow_rule(
     options: list[dict[str, str]],
     kind: str,
 ) -> None:
-    req = request(" ".join(words), kind=kind, locations=paths, options=options, title="Run")
+    fields: dict[str, Any] = {"kind": kind, "locations": paths, "title": "Run"}
+    req = request(" ".join(words), options=options, **fields)
+    program = (words[0],)  # (a command is allowed only by a rule that names it)
     covering_allows = [
         rule(command=tuple(words[: data.draw(st.integers(1, len(words)))])),
-        rule(kinds=(kind,), use_always=True),
-        rule(title="*", use_always=data.draw(st.booleans())),
-        rule(paths=("**",), use_always=True),
+        rule(command=program, kinds=(kind,), use_always=True),
+        rule(command=program, title="*", use_always=data.draw(st.booleans())),
+        rule(command=program, paths=("**",), use_always=True),
     ]
+    for allow in covering_allows:  # each one alone allows it (this test is not vacuous)
+        assert answer(allow, request(" ".join(words), options=EVERY_KIND, **fields)) == "yes"
     start = data.draw(st.integers(0, len(words) - 1))
     end = data.draw(st.integers(start + 1, len(words)))
     the_deny = data.draw(
@@ -744,12 +763,125 @@ def test_an_allow_command_rule_refuses_what_the_shell_would_expand_redirect_or_c
     ],
 )
 def test_a_deny_rule_matches_its_words_anywhere_in_a_compound_command(command: Any) -> None:
-    assert answer([rule(kinds=["execute"]), deny(command=["rm", "-rf"])], request(command)) == "no"
+    allows = [rule(kinds=["execute"]), rule(command=["rm"]), rule(command=["xargs"])]
+    assert answer([*allows, deny(command=["rm", "-rf"])], request(command)) == "no"
 
 
 @pytest.mark.parametrize("command", ["rm -r x", "rm x -rf", "rmdir -rf", "echo rm", "ls -rf"])
 def test_a_deny_rule_needs_its_words_together_and_in_order(command: Any) -> None:
     assert answer(deny(command=["rm", "-rf"]), request(command)) is None
+
+
+def nested(script: str, shells: int) -> str:
+    """``script`` run by ``bash -c``, ``shells`` times over, quoted as a shell needs."""
+    for _ in range(shells):
+        script = "bash -c " + shlex.quote(script)
+    return script
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "/bin/rm -rf x",
+        "./rm x",
+        "ls && /usr/bin/rm x",
+        ["/bin/rm", "x"],
+        "bash -c 'rm -rf x'",
+        "sh -lc 'cd src && rm x'",
+        "bash -ec 'rm x'",
+        "/bin/bash -xc '/bin/rm x'",
+        ["bash", "-ec", "rm x"],
+        ["bash", "-c", "rm x", "arg0"],
+        ["/usr/bin/env", "zsh", "-c", "ls; rm x"],
+        'sudo sh -c "rm x"',
+        "ls | xargs sh -c 'rm \"$0\"'",
+        "bash -c \"sh -c 'rm x'\"",
+        ["bash", "-lc", "bash -c 'rm x'"],
+        nested("rm x", 2),
+        nested("rm x", 4),
+        "echo rm",  # a word is a word, wherever: deny rules err on the side of denying
+        "sudo /bin/rm x",  # a path's name, wherever it is (so also `cat ./rm`: a denial)
+        "X=1 env /usr/bin/rm x",
+        "bash -e -c 'rm x'",  # the -c flag apart from the others
+        "sh --norc -c -- 'rm x'",
+        nested("rm x", 8),
+        "r'm' x",  # the shell runs rm
+    ],
+)
+def test_a_deny_rule_sees_a_program_by_its_name_and_the_script_a_shell_runs(
+    command: Any,
+) -> None:
+    allows = [rule(kinds=["execute"]), rule(command=["bash"]), rule(command=["sudo"])]
+    assert answer([*allows, deny(command=["rm"])], request(command)) == "no"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "echo 'rm x'",  # one word, "rm x"
+        'ec"ho r"m x',  # the shell runs "echo rm": no word is rm
+        "echo farm",
+        "rmdir x",
+        "bash 'rm x'",  # a script file named "rm x", not a script
+        ["bash", "rm x"],
+        "sh -c 'echo hi'",
+    ],
+)
+def test_a_deny_rule_does_not_see_its_word_in_what_is_not_one(command: Any) -> None:
+    assert answer(deny(command=["rm"]), request(command)) is None
+
+
+def test_a_deny_rule_of_several_words_sees_them_in_a_script_and_by_the_programs_name() -> None:
+    rm_rf = deny(command=["rm", "-rf"])
+    assert answer(rm_rf, request("/bin/rm -rf x")) == "no"
+    assert answer(rm_rf, request("bash -c 'cd x && /bin/rm -rf y'")) == "no"
+    assert answer(rm_rf, request(["sh", "-ec", "rm -rf y"])) == "no"
+    assert answer(rm_rf, request("bash -c 'rm x -rf'")) is None
+
+
+def test_an_allow_rule_still_matches_the_words_as_written() -> None:
+    """A program's name stands for its path only in deny rules: ``rm`` allows no ``/bin/rm``
+    (which may be any program), and ``bash`` allows a script only if no deny rule sees it."""
+    assert answer(rule(command=["rm"]), request("/bin/rm x")) is None
+    assert answer(rule(command=["bash", "-c"]), request("bash -c 'ls -l'")) == "yes"
+    both = [rule(command=["bash", "-c"]), deny(command=["rm"])]
+    assert answer(both, request("bash -c 'rm -rf x'")) == "no"
+    assert answer(both, request(["bash", "-ec", "rm x"])) == "no"
+
+
+def test_a_rule_naming_a_program_by_its_path_matches_it_as_written() -> None:
+    """(The path a deny rule names is matched too, not only the program's name; an allow
+    rule naming ``./gradlew`` is found for ``./gradlew build``.)"""
+    assert answer(deny(command=["/bin/rm"]), request("/bin/rm x")) == "no"
+    assert answer(deny(command=["/bin/rm", "-rf"]), request("bash -c '/bin/rm -rf x'")) == "no"
+    assert answer(rule(command=["./gradlew"]), request("./gradlew build")) == "yes"
+    assert answer(rule(command=["/ws/bin/make"]), request(["/ws/bin/make", "all"])) == "yes"
+    assert answer(rule(command=["scripts/test.sh"]), request("scripts/test.sh -v")) == "yes"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        nested("rm x", 7),
+        nested('rm "x', 6),
+        "bash -c " * 300 + "rm x",
+        'bash -c "' * 300 + "rm x" + '"' * 300,
+        "bash -c '" * 300 + "rm x",
+        'sh -c "' + "'" * 500,
+        ["bash", "-c", "bash -c " * 300],
+        "bash -c '" + 'bash -c "' * 200 + "rm x",
+    ],
+    ids=lambda command: f"{str(command)[:16]}... ({len(str(command))} characters)",
+)
+def test_scripts_nested_deeply_or_with_odd_quotes_raise_nothing(command: Any) -> None:
+    rules_engine = engine(rule(command=["bash"]), deny(command=["rm"]), deny(command=["x"]))
+    decision = rules_engine.decide(request(command))  # no RecursionError, no ValueError
+    assert decision in (None, Selected("yes"), Selected("no"))
+
+
+def test_scripts_are_read_four_shells_deep() -> None:
+    assert answer(deny(command=["rm"]), request(nested("rm x", 4))) == "no"
+    assert answer(deny(command=["rm"]), request(["bash", "-c", nested("rm x", 4)])) == "no"
 
 
 def test_a_command_rule_does_not_match_a_request_without_a_command() -> None:
@@ -800,6 +932,43 @@ def test_a_title_or_kinds_allow_rule_does_not_allow_a_command_the_shell_expands(
         assert answer(rule(kinds=["execute"]), req) is None
         assert answer(rule(title="Run *"), req) is None
         assert answer(deny(kinds=["execute"]), req) == "no"  # a deny still answers
+
+
+NO_COMMAND_NAMED: list[dict[str, Any]] = [
+    {"kinds": ["execute"]},
+    {"paths": ["src/**"]},
+    {"title": "Run *"},
+    {"kinds": ["execute"], "paths": ["**"], "title": "*"},
+]
+
+
+@pytest.mark.parametrize("matches", NO_COMMAND_NAMED, ids=["kinds", "paths", "title", "all three"])
+@pytest.mark.parametrize(
+    "command",
+    ["ls", "git status -v", "'cat' src/a.py", ["ls", "-la"], ["bash", "-lc", "ls"]],
+)
+def test_an_allow_rule_naming_no_command_never_allows_a_command(
+    matches: dict[str, Any], command: Any
+) -> None:
+    """A command is allowed only by a rule that names it: the same request without one
+    is allowed, deny rules are unaffected, and the rule naming the program allows."""
+    fields: dict[str, Any] = {"kind": "execute", "title": "Run ls", "locations": ["src/a.py"]}
+    assert not subject_of(request(command, **fields), WS).outside
+    assert answer(rule(**matches), request(command, **fields)) is None
+    assert answer(rule(**matches), request(None, **fields)) == "yes"
+    assert answer(deny(**matches), request(command, **fields)) == "no"
+    program = subject_of(request(command, **fields), WS).words[:1]  # type: ignore[index]
+    assert answer(rule(command=program, **matches), request(command, **fields)) == "yes"
+
+
+def test_a_command_anywhere_in_the_raw_input_is_one_only_under_command() -> None:
+    """(What counts as a command: ``rawInput.command``, a string or an argv list.)"""
+    fields: dict[str, Any] = {"kind": "edit", "locations": ["src/a.py"]}
+    assert answer(rule(kinds=["edit"]), request(None, raw={"text": "rm -rf x"}, **fields)) == "yes"
+    assert answer(rule(kinds=["edit"]), request("rm -rf x", **fields)) is None
+    assert answer(rule(kinds=["edit"]), request(["rm"], **fields)) is None
+    for empty in ["''", [""], "", "  ", [], 3]:  # a command, if an empty (or odd) one
+        assert answer(rule(kinds=["edit"]), request(empty, **fields)) is None, empty
 
 
 # ---------------------------------------------------------------- paths
@@ -866,6 +1035,71 @@ def test_an_absolute_deny_glob_matches_outside_the_workspace_an_allow_never_does
     assert answer(deny(paths=["/etc/**"]), req) == "no"
     assert answer(rule(paths=["/etc/**"]), req) is None
     assert answer(rule(paths=["/**"]), req) is None
+
+
+def test_a_path_named_only_by_the_raw_input_counts_outside() -> None:
+    req = request(None, kind="edit", raw={"file_path": "/etc/passwd"})
+    assert subject_of(req, WS).paths == ("/etc/passwd",) and subject_of(req, WS).outside
+    assert answer(rule(kinds=["edit"]), req) is None
+    assert answer(rule(kinds=KINDS, title="*"), req) is None
+    assert answer(rule(paths=["/**"]), req) is None
+    assert answer(deny(paths=["/etc/**"]), req) == "no"
+    assert answer(rule(kinds=["edit"]), request(None, kind="edit", raw={"file_path": "a"})) == "yes"
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"file_path": "../x"},
+        {"path": "~/.ssh/id_rsa"},
+        {"dir": "/tmp"},
+        {"FilePath": "/etc/x"},
+        {"targetDir": "/wsx"},
+        {"destination": "src/../../x"},
+        {"source": "/etc/hosts", "dest": "src/a"},
+        {"notebook_path": "a\x00b"},
+        {"root": "/"},
+        {"folder": ".."},
+        {"paths": ["src/a.py", "/etc/x"]},
+        {"cwd": "/ws/src", "file": "../../x"},  # read from the cwd
+    ],
+)
+def test_every_key_naming_a_path_is_checked_against_the_workspace(raw: dict[str, Any]) -> None:
+    req = request(None, kind="edit", raw=raw, locations=["src/a.py"])
+    assert subject_of(req, WS).outside
+    assert answer([rule(kinds=KINDS), rule(paths=["**", "/**"])], req) is None
+
+
+def test_a_raw_input_path_is_matched_by_path_globs() -> None:
+    read = request(None, kind="read", raw={"path": "src/a.py"})
+    assert subject_of(read, WS).paths == ("/ws/src/a.py",)
+    assert answer(rule(paths=["src/**"]), read) == "yes"
+    assert answer(rule(paths=["lib/**"]), read) is None
+    assert answer(deny(paths=["src/*.py"]), read) == "no"
+    # A list counts, every path of it (an allow needs each, a deny any)
+    listed = request(None, kind="read", raw={"paths": ["src/a.py", "lib/b.py"]})
+    assert answer(rule(paths=["src/**"]), listed) is None
+    assert answer(rule(paths=["src/**", "lib/**"]), listed) == "yes"
+    assert answer(deny(paths=["lib/**"]), listed) == "no"
+    # Alongside the locations, relative to the cwd (which is a folder, not a path named)
+    both = request(None, kind="edit", cwd="src", locations=["a.py"], raw={"target_path": "b.py"})
+    assert subject_of(both, WS).paths == ("/ws/src/a.py", "/ws/src/b.py")
+    assert answer(rule(paths=["src/a.py"]), both) is None
+    assert answer(rule(paths=["src/?.py"]), both) == "yes"
+
+
+def test_a_raw_input_value_under_another_key_is_not_a_path() -> None:
+    unrelated = {"content": "/etc/x", "new_string": "../x", "pattern": "~", "url": "/etc/y"}
+    req = request(None, kind="edit", raw=unrelated)
+    assert subject_of(req, WS).paths == () and not subject_of(req, WS).outside
+    assert answer(rule(kinds=["edit"]), req) == "yes"
+    assert answer(rule(paths=["**"]), req) is None  # it names no path
+    named = request(None, kind="edit", raw={**unrelated, "file_path": "src/a.py"})
+    assert subject_of(named, WS).paths == ("/ws/src/a.py",)
+    assert answer(rule(paths=["src/**"]), named) == "yes"
+    # Not strings (or empty): not paths
+    odd = request(None, kind="edit", raw={"path": 3, "paths": [None, 1, ""], "file": ""})
+    assert subject_of(odd, WS).paths == () and answer(rule(kinds=["edit"]), odd) == "yes"
 
 
 @pytest.mark.parametrize("glob", ["src/[x", "[!]", "[z-a]", "a[", "[]"])
@@ -1009,8 +1243,12 @@ def test_the_first_offered_option_of_the_kind_answers() -> None:
 
 
 def test_a_later_allow_rule_that_can_answer_answers_when_the_first_cannot() -> None:
-    req = request("ls", options=[{"optionId": "always", "name": "A", "kind": "allow_always"}])
-    assert answer([rule(command=["ls"]), rule(kinds=["execute"], use_always=True)], req) == "always"
+    only_always = [{"optionId": "always", "name": "A", "kind": "allow_always"}]
+    req = request("ls", options=only_always)
+    later = rule(kinds=["execute"], command=["ls"], use_always=True)
+    assert answer([rule(command=["ls"]), later], req) == "always"
+    edit = request(None, kind="edit", locations=["src/a.py"], options=only_always)
+    assert answer([rule(kinds=["edit"]), rule(paths=["src/**"], use_always=True)], edit) == "always"
 
 
 def test_a_deny_rule_with_no_reject_option_passes_instead_of_letting_an_allow_answer() -> None:
@@ -1051,27 +1289,40 @@ def test_hits_are_counted_and_on_answer_gets_the_rule_and_its_number() -> None:
     assert answered[-1].number == 2 and answered[-1].rule is third
 
 
-def test_the_lowest_numbered_rule_that_can_answer_answers_whatever_it_matches_on() -> None:
+@pytest.mark.parametrize("effect", ["allow", "deny"])
+def test_the_lowest_numbered_rule_that_can_answer_answers_whatever_it_matches_on(
+    effect: str,
+) -> None:
+    """Rules found three ways (by a command's first word, by kind, the rest) answer in
+    number order. Only a rule naming a command allows one: the allow rules are asked
+    about commands only where the one naming ``ls`` is the only one that could answer."""
     answered: list[RuleAnswer] = []
-    only_always = [{"optionId": "always", "name": "Always", "kind": "allow_always"}]
+    once, always = ("yes", "allow_always") if effect == "allow" else ("no", "reject_always")
+    only_always = [{"optionId": "always", "name": "Always", "kind": always}]
     rules = [
-        rule(title="Run *"),  # 1: general (no kinds, no command)
-        rule(command=["ls"], use_always=True),  # 2: found by its first word
-        rule(kinds=["execute"], use_always=True),  # 3: found by kind
-        rule(paths=["**"], use_always=True),  # 4: general
+        rule(effect=effect, title="Run *"),  # 1: general (no kinds, no command)
+        rule(effect=effect, command=["ls"], use_always=True),  # 2: found by its first word
+        rule(effect=effect, kinds=["execute"], use_always=True),  # 3: found by kind
+        rule(effect=effect, paths=["**"], use_always=True),  # 4: general
     ]
     rules_engine = engine(*rules, on_answer=answered.append)
-    req = request("ls", title="Run ls", locations=["a"])
-    rules_engine.decide(req)
+    ls = "ls" if effect == "deny" else None  # (an allow rule without a command: no command)
+    rules_engine.decide(request(ls, title="Run ls", locations=["a"]))
     rules_engine.decide(request("ls", title="Run ls", locations=["a"], options=only_always))
-    rules_engine.decide(request("pwd", title="Run pwd", locations=["a"], options=only_always))
+    pwd = "pwd" if effect == "deny" else None
+    rules_engine.decide(request(pwd, title="Run pwd", locations=["a"], options=only_always))
     rules_engine.decide(request(None, kind="read", title="Read", locations=["a"]))
     assert [(a.number, a.decision.option_id) for a in answered] == [
-        (1, "yes"),
+        (1, once),
         (2, "always"),
         (3, "always"),
-        (4, "yes"),
+        (4, once),
     ]
+    if effect == "allow":  # with a command, no rule but the one naming it allows
+        assert rules_engine.decide(request("pwd", title="Run pwd", locations=["a"])) is None
+        assert rules_engine.match(request("ls", title="Run ls", locations=["a"])) == RuleAnswer(
+            rules[1], 2, request("ls", title="Run ls", locations=["a"]), Selected("yes")
+        )
 
 
 def test_record_counts_an_answer_match_gave() -> None:
@@ -1158,6 +1409,7 @@ def suggest(req: PermissionRequest, effect: str = "allow") -> list[EditorRule]:
         ("cat README.md", ("cat", "README.md")),
         ("git Status", ("git", "Status")),
         (["bash", "-lc", "cargo build --release"], ("cargo", "build")),
+        ("./gradlew build -x test", ("./gradlew", "build")),
     ],
 )
 def test_a_shell_command_suggests_its_program_and_subcommand(
