@@ -325,7 +325,7 @@ def test_a_rule_never_allows_a_command_or_path_it_does_not_cover(
 ) -> None:
     raw_command, plain, written = command
     # In the raw input: the first path as a string, the rest as a list (keys saying "path").
-    raw = {"file_path": paths[0], "otherPaths": paths[1:]} if paths else {}
+    raw = {"file_path": paths[0], "paths": paths[1:]} if paths else {}
     req = request(
         raw_command,
         kind=kind,
