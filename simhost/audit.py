@@ -22,7 +22,7 @@ from typing import Final, Literal
 import msgspec
 
 from permclient import Decision, PermissionRequest, Selected
-from permclient.rules import subject_of
+from permclient.rules import reason_of, subject_of
 
 __all__ = ["AUDIT_NAME", "AuditLog", "AuditRecord", "Outcome", "read_audit", "record_for"]
 
@@ -68,7 +68,8 @@ def record_for(
     detail: str | None = None,
     reason: str | None = None,
 ) -> AuditRecord:
-    """The record of ``request`` answered ``decision`` (``None``: cancelled)."""
+    """The record of ``request`` answered ``decision`` (``None``: cancelled); the
+    reason is ``reason``, else the one in the decision's ``_meta``."""
     call = request.tool_call
     option = request.option(decision.option_id) if isinstance(decision, Selected) else None
     outcome: Outcome = "cancelled"
@@ -90,7 +91,7 @@ def record_for(
         option_name=_cut(option.name) if option else None,
         option_kind=option.kind if option else None,
         detail=_cut(detail),
-        reason=_cut(reason),
+        reason=_cut(reason if reason is not None else reason_of(getattr(decision, "meta", None))),
     )
 
 
