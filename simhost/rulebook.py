@@ -50,6 +50,12 @@ class RuleBook:
         self.user_file = user_file if user_file is not None else user_rules_file()
         self.engine = RuleEngine(workspace=workspace, resolve=os.path.realpath, on_answer=on_answer)
         self._files: dict[int, Path] = {}
+        # Files with something that could not be read when loaded: never rewritten (what
+        # was skipped would be lost; a person's deny rule with a typo, say).
+        self._unreadable: dict[Path, str] = {}
+        # Each file as it was read (or last written): a file changed since by hand is
+        # never overwritten from memory.
+        self._stamps: dict[Path, tuple[int, int] | None] = {}
 
     def load(self) -> list[str]:
         """(Re)read both files; returns a warning per rule (or file) skipped."""
@@ -57,10 +63,14 @@ class RuleBook:
         rules: list[EditorRule] = []
         warnings: list[str] = []
         self._files = {}
+        self._unreadable = {}
         for path in (self.user_file, self.workspace_file):
+            self._stamps[path] = _stamp(path)
             loaded, errors = load_rules(path)
             for rule in loaded:
                 self._files[id(rule)] = path
+            if errors:
+                self._unreadable[path] = str(errors[0])
             rules += loaded
             warnings += [str(error) for error in errors]
         self.engine.replace_rules([*rules, *session_rules])
@@ -75,10 +85,13 @@ class RuleBook:
         )
 
     def add(self, rule: EditorRule) -> int:
-        """Keep ``rule`` (saved at once); returns its number. Raises :class:`OSError`."""
+        """Keep ``rule`` (saved at once); returns its number. Raises :class:`OSError`
+        (also for a file that had something unreadable when loaded: it is left as it is)."""
         path = self.file_of(rule)
         if path is not None:
+            self._check_writable(path)
             save_rules(path, [*self._kept_in(path), rule])
+            self._stamps[path] = _stamp(path)
             self._files[id(rule)] = path
         return self.engine.add(rule)
 
@@ -91,10 +104,19 @@ class RuleBook:
         rule = rules[number - 1]
         path = self.file_of(rule)
         if path is not None:
+            self._check_writable(path)
             save_rules(path, [kept for kept in self._kept_in(path) if kept is not rule])
+            self._stamps[path] = _stamp(path)
             self._files.pop(id(rule), None)
         self.engine.revoke(rule)
         return rule
+
+    def _check_writable(self, path: Path) -> None:
+        why = self._unreadable.get(path)
+        if why is not None:
+            raise OSError(f"{why}: the file is left as it is; fix it, then load the rules again")
+        if path in self._stamps and _stamp(path) != self._stamps[path]:
+            raise OSError(f"{path} changed since it was read: load the rules again first")
 
     def _kept_in(self, path: Path) -> list[EditorRule]:
         return [rule for rule in self.engine.rules if self.file_of(rule) == path]
@@ -106,3 +128,12 @@ def open_rules(workspace: Path, state_dir: Path | None) -> tuple[RuleBook, Audit
     state = state_dir or default_state_dir(workspace)
     book = RuleBook(workspace, workspace_file=state / RULES_NAME)
     return book, AuditLog(state / AUDIT_NAME), book.load()
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    """The file's modification time and size (``None``: no file)."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_mtime_ns, stat.st_size

@@ -1,13 +1,13 @@
 """Editor rules, batch answers and the audit trail of ``simhost serve``.
 
-The rule engine sits above the relay in every session's stack: a question a
-rule answers as it arrives never reaches a view, and every view gets a
-:class:`RuleReceipt`. A question that reaches the views comes with the rules
-its card may save (:class:`RuleOffers`); a saved rule answers that question
-and every pending one it covers, through the relay (``by``: ``rule N``). A
-batch answers exactly the questions its preview listed that are still pending
-and still covered. Every ending of a question is appended to the audit trail
-(the relay's ``on_event`` hook: it never falls behind).
+The rule engine answers in front of the relay, in every session's handler
+(:attr:`EditorDesk.handler`): a question a rule answers as it arrives never
+reaches a view, and every view gets a :class:`RuleReceipt`. A question that
+reaches the views comes with the rules its card may save (:class:`RuleOffers`);
+a saved rule answers that question and every pending one it covers, through the
+relay (``by``: ``rule N``). A batch answers exactly the questions its preview
+listed that are still pending and still covered. Every ending of a question is
+appended to the audit trail (the relay's ``on_event`` hook: it never falls behind).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Final
 
 import msgspec
 
-from permclient import PermissionRequest, Selected
+from permclient import Deferred, PermissionRequest, Question, Selected, deferred
 from permclient.relay import Relay, RelayEvent, RelayQuestion, Requested, Resolved, Withdrawn
 from permclient.rules import (
     TOOL_KINDS,
@@ -84,12 +84,30 @@ class EditorDesk:
         self._pending: dict[str, tuple[RelayQuestion, PermissionRequest | None]] = {}
         self._offers: dict[str, tuple[EditorRule, ...]] = {}
         self._answering = ""  # the question a saved rule is answering now, if any
+        # Who is answering through the relay now, when it is this desk (a rule, a
+        # batch): never read from ``by``, which names a view and views name themselves.
+        self._answerer: tuple[AnsweredBy, str] | None = None
         rulebook.engine.on_answer = self._rule_answered
         relay.on_event = self.on_event
+        self.handler: Deferred = deferred(self._ask, raw_params=True)
+        """Every session's permission handler (in place of the relay's)."""
 
     @property
     def engine(self) -> RuleEngine:
         return self.rulebook.engine
+
+    def _ask(self, question: Question) -> None:
+        """A rule answers what it decides; the rest goes to the relay's views. One
+        handler rather than the engine stacked above the relay's: permclient gives a
+        request it types only in part (a newer agent's) to the session's latest
+        handler alone, and only if that one keeps the raw params, as the relay's does
+        (no rule can read such a request: the views show it as it arrived)."""
+        if question.understood:
+            decision = self.engine.decide(question.request)
+            if decision is not None:
+                question.answer(decision)
+                return
+        self.relay.handler.function(question)
 
     # ------------------------------------------------------------- relay events
 
@@ -108,19 +126,22 @@ class EditorDesk:
             return
         question, request = entry
         if isinstance(event, Resolved):
-            by, detail = self._answered_by(event.by)
+            by, detail = self._answerer or ("person", f"view {event.by}")
             decision = Selected(event.option_id) if event.option_id is not None else None
             self._audit(question, request, decision, by, detail, event.reason)
         elif isinstance(event, Withdrawn):
             self._audit(question, request, None, _WITHDRAWN_BY[event.reason], event.reason, None)
 
-    @staticmethod
-    def _answered_by(view: str) -> tuple[AnsweredBy, str]:
-        if view.startswith("rule "):
-            return "rule", view
-        if view.startswith("batch "):
-            return "batch", view
-        return "person", f"view {view}"
+    def _answer(
+        self, question_id: str, decision: Selected, view: str, by: AnsweredBy, detail: str
+    ) -> bool:
+        """Answer a pending question through the relay as this desk (``view``: what the
+        views are told); whether it was answered."""
+        self._answerer = (by, detail)
+        try:
+            return isinstance(self.relay.answer(question_id, decision, view=view), Resolved)
+        finally:
+            self._answerer = None
 
     def _suggest(self, request: PermissionRequest) -> tuple[EditorRule, ...]:
         found: list[EditorRule] = []
@@ -201,16 +222,18 @@ class EditorDesk:
         except OSError as exc:
             return Error(f"the rule was not saved: {exc.strerror or exc}")
         self._broadcast(self.rules())
+        detail = f"rule {number}: {rule.describe(self.engine.workspace)}"
         for pending_id, (_question, request) in list(self._pending.items()):
             found = self.engine.match(request) if request is not None else None
             if found is None or found.rule is not rule:
                 continue
+            if not self._answer(pending_id, found.decision, f"rule {number}", "rule", detail):
+                continue
             self._answering = pending_id
             try:
-                self.engine.record(found)
+                self.engine.record(found)  # (the hit, and the receipt)
             finally:
                 self._answering = ""
-            self.relay.answer(pending_id, found.decision, view=f"rule {number}")
         self._broadcast(self.rules())  # (with the hits)
         if question_id in self._pending:
             return Error(
@@ -285,12 +308,11 @@ class EditorDesk:
             return engine
         listed = set(question_ids)
         answered = 0
+        by = f"batch {effect}-all {what} ({view})"
         for question, _request, decision in self._covered(engine, session_id):
-            if question.question_id in listed:
-                verb = "allow" if effect == "allow" else "deny"
-                by = f"batch {verb}-all {what} ({view})"
-                if isinstance(self.relay.answer(question.question_id, decision, view=by), Resolved):
-                    answered += 1
+            listed_now = question.question_id in listed
+            if listed_now and self._answer(question.question_id, decision, by, "batch", by):
+                answered += 1
         return BatchAnswered(session_id, what, answered)
 
     # ------------------------------------------------------------------ audit

@@ -210,13 +210,9 @@ class ServeHost:
             raise RemoteProtocolError(f"the {self.backend.role} opened a session with no id")
         if session_id not in self.sessions:
             self.sessions[session_id] = ServedSession(session_id, title)
-            self._registrations.enter_context(
-                self.client.permission_handler(session_id, self.relay.handler)
-            )
-            if self.desk is not None:  # above the views: what no rule decides, they do
-                self._registrations.enter_context(
-                    self.client.permission_handler(session_id, self.desk.engine)
-                )
+            # (with editor rules, the desk's: what no rule decides, the views do)
+            handler = self.desk.handler if self.desk is not None else self.relay.handler
+            self._registrations.enter_context(self.client.permission_handler(session_id, handler))
             self._registrations.enter_context(
                 self.client.on_session_notification(
                     session_id, functools.partial(self._on_notification, session_id)

@@ -98,7 +98,7 @@ class SaveRule(_ViewMessage, tag="save_rule"):
 
 
 class ListRules(_ViewMessage, tag="list_rules"):
-    pass
+    """Ask for every editor rule (the server answers ``rules``)."""
 
 
 class RevokeRule(_ViewMessage, tag="revoke_rule"):
@@ -273,6 +273,9 @@ class BatchItem(msgspec.Struct, rename="camel"):
 
 
 class BatchPreview(_ServerMessage, tag="batch_preview"):
+    """What a ``preview_batch`` would answer now, oldest first, with the option each
+    would get: an ``answer_batch`` names these ``questionId``s."""
+
     session_id: str
     effect: Literal["allow", "deny"]
     what: str
@@ -280,6 +283,9 @@ class BatchPreview(_ServerMessage, tag="batch_preview"):
 
 
 class BatchAnswered(_ServerMessage, tag="batch_answered"):
+    """How many of the questions an ``answer_batch`` named it answered (every view
+    gets their ``resolved``)."""
+
     session_id: str
     what: str
     answered: int

@@ -44,6 +44,7 @@ from wsproto.events import CloseConnection
 
 from permclient.relay import AnswerRefused, Relay, Requested, Subscription
 
+from .editor import EditorDesk
 from .host import Listener, ServeHost
 from .protocol import (
     MAX_MESSAGE,
@@ -299,16 +300,27 @@ class ViewSocket:
         if not left:
             await self.send(Replayed(0))
         desk = self.host.desk if self.host is not None else None
+        replayed: list[str] = []  # (their offers follow ``replayed``: the replay is questions)
         async for event in events:
             await self.send(event)
             if desk is not None and isinstance(event, Requested):
-                offers = desk.offers_for(event.question.question_id)
-                if offers is not None:
-                    await self.send(offers)
+                if left > 0:
+                    replayed.append(event.question.question_id)
+                else:
+                    await self._send_offers(desk, event.question.question_id)
             left -= 1
             if left == 0:
                 await self.send(Replayed(events.replayed))
+                for question_id in replayed:
+                    await self._send_offers(desk, question_id)
+                replayed.clear()
         scope.cancel()  # the relay closed, or this view fell too far behind
+
+    async def _send_offers(self, desk: EditorDesk | None, question_id: str) -> None:
+        """The rules a card may save for the question, if it is still pending."""
+        offers = desk.offers_for(question_id) if desk is not None else None
+        if offers is not None:
+            await self.send(offers)
 
     async def _forward_host(self, listener: Listener, scope: trio.CancelScope) -> None:
         async for message in listener:

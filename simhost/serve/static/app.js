@@ -1,5 +1,7 @@
 // The page of `simhost serve`: sessions, their transcripts, a prompt box, and
-// the permission cards of the relay protocol (docs/relay-protocol.md).
+// the permission cards of the relay protocol (docs/relay-protocol.md), the
+// editor rules (saved from a card, listed and revoked in the Rules view, their
+// receipts in the transcript) and batch answers.
 //
 // What is pending is the server's word: a card leaves on `resolved` or
 // `withdrawn`, never on a click, and after every (re)connection the question
@@ -14,6 +16,8 @@ const MAX_NOTICES = 8;
 const MAX_ENTRIES = 2000; // transcript entries kept per session
 const MAX_PROMPT_CHARS = 32 * 1024;
 const MAX_MESSAGE_BYTES = 4 * MAX_PROMPT_CHARS + 4096; // the server's limit, in bytes of UTF-8
+const MAX_BATCH_WHAT = 256; // characters of a batch's kind or glob
+const MAX_OFFER_INDEX = 15;
 const VIEW_KEY = "simhost.view";
 // When a card's leaving gave the prompt box the focus: keys meant for that card (a
 // digit, Esc, Enter pressed as another view answered) do not land in it for GUARD_MS.
@@ -39,6 +43,16 @@ const els = {
   composer: $("composer"),
   prompt: $("prompt"),
   send: $("send"),
+  main: document.querySelector(".main"),
+  rulesButton: $("rules-button"),
+  rulesView: $("rules-view"),
+  rulesClose: $("rules-close"),
+  rulesStatus: $("rules-status"),
+  rulesList: $("rules-list"),
+  batchEffect: $("batch-effect"),
+  batchWhat: $("batch-what"),
+  batchPreview: $("batch-preview"),
+  batchPanel: $("batch-panel"),
 };
 
 function stored(key) {
@@ -80,6 +94,14 @@ const state = {
   cardErrors: new Map(), // questionId -> why its last answer did not land
   answeredHere: new Set(), // questionIds this page answered
   presetWait: null, // {sessionId, kind} of a list_presets / set_preset awaiting `presets`
+  offers: new Map(), // questionId -> the editor rules its card may save
+  ruleSaving: new Set(), // questionIds whose card's rule this view is saving
+  rules: null, // the editor rules (the server's `rules`), once listed
+  rulesError: null, // why there is no list of rules
+  rulesOpen: false, // the Rules view is shown (instead of the session)
+  rulesWait: false, // a list_rules awaits `rules`
+  revoking: null, // {number, rule} of a revoke_rule in flight
+  batch: null, // {sessionId, effect, what, phase, questions, answered, error, shownAt}
   restore: stored(CURRENT_KEY), // the session to show again after a reload
 };
 let card = null; // the CardView shown, if any
@@ -145,10 +167,22 @@ const connection = new Connection(socketUrl(window.location), {
     state.phase = "reconnecting";
     state.replay = null;
     for (const questionId of state.inFlight) {
-      state.cardErrors.set(questionId, "The connection dropped before the answer was confirmed: answer again once reconnected.");
+      state.cardErrors.set(
+        questionId,
+        state.ruleSaving.has(questionId)
+          ? "The connection dropped before the rule was confirmed: see Rules once reconnected."
+          : "The connection dropped before the answer was confirmed: answer again once reconnected.",
+      );
     }
     state.inFlight.clear();
+    state.ruleSaving.clear();
     state.presetWait = null;
+    state.rulesWait = false;
+    state.revoking = null;
+    if (state.batch && (state.batch.phase === "asking" || state.batch.phase === "sending")) {
+      state.batch.phase = "error";
+      state.batch.error = "The connection dropped before the server answered: try again once reconnected.";
+    }
     for (const record of state.sessions.values()) record.agentOpen = false;
     render();
   },
@@ -190,6 +224,21 @@ function receive(message) {
     case "presets":
       presetsCame(message);
       break;
+    case "rule_offers":
+      offersCame(message);
+      break;
+    case "rule_receipt":
+      receiptCame(message);
+      break;
+    case "rules":
+      rulesCame(message.rules);
+      break;
+    case "batch_preview":
+      batchPreviewed(message);
+      break;
+    case "batch_answered":
+      batchAnswered(message);
+      break;
     case "error":
       errorCame(String(message.reason ?? ""));
       break;
@@ -217,8 +266,12 @@ function replayed() {
       state.cardErrors.delete(questionId);
     }
   }
+  for (const questionId of state.offers.keys()) {
+    if (!state.questions.has(questionId)) state.offers.delete(questionId);
+  }
   send({ type: "list_sessions" });
   if (state.current !== null) askPresets(state.current);
+  if (state.rulesOpen) askRules();
 }
 
 function forget(questionId) {
@@ -226,7 +279,9 @@ function forget(questionId) {
   state.questions.delete(questionId);
   if (state.replay) state.replay.delete(questionId);
   state.inFlight.delete(questionId);
+  state.ruleSaving.delete(questionId);
   state.cardErrors.delete(questionId);
+  state.offers.delete(questionId);
   return question;
 }
 
@@ -236,15 +291,23 @@ function optionName(question, optionId) {
 }
 
 function resolved(message) {
+  const saving = state.ruleSaving.has(message.questionId);
   const question = forget(message.questionId);
   const mine = state.answeredHere.delete(message.questionId);
   if (!question) return;
   const title = question.title || "(untitled tool call)";
-  const what = message.outcome === "selected" ? optionName(question, message.optionId) : "cancelled";
-  if (message.by === state.view && mine) {
+  let what = message.outcome === "selected" ? optionName(question, message.optionId) : "cancelled";
+  // A person's reason for a denial (the server's words: shown as text, escaped).
+  if (typeof message.reason === "string" && message.reason) what += `, saying: ${message.reason}`;
+  const by = String(message.by ?? "");
+  if (by === state.view && mine) {
     notice(`You answered “${title}”: ${what}`, "answered");
+  } else if (saving && /^rule \d+$/.test(by)) {
+    notice(`The rule you saved answered “${title}”: ${by} (${what})`, "answered");
+  } else if (/^(rule \d+|batch .*)$/.test(by)) {
+    notice(`“${title}” was answered by ${by} (${what})`, "resolved");
   } else {
-    notice(`“${title}” was answered in another view: ${message.by} (${what})`, "resolved");
+    notice(`“${title}” was answered in another view: ${by} (${what})`, "resolved");
   }
 }
 
@@ -313,7 +376,10 @@ function sessionEvent(message) {
     case "created":
       if (text) record.title = text;
       addEntry(record, { kind: "notice", text: "Session created." });
-      if (message.view === state.view) selectSession(record.id); // (this view asked for it)
+      if (message.view === state.view) {
+        selectSession(record.id); // (this view asked for it)
+        showRules(false);
+      }
       break;
     case "turn_started":
       record.running = true;
@@ -348,7 +414,9 @@ function presetsCame(message) {
 function errorCame(reason) {
   // Replies to requests that wait for the agent come in any order: an error is
   // the presets' when presets are awaited and it speaks of them. It is shown by
-  // the select then (once: not in the notices too).
+  // the select then (once: not in the notices too). Likewise an error that speaks
+  // of a rule or a question while this view saves a card's rule is that card's, and
+  // one while a batch waits is the batch's.
   const wait = state.presetWait;
   if (wait && /preset/i.test(reason)) {
     const record = session(wait.sessionId);
@@ -357,7 +425,181 @@ function errorCame(reason) {
     state.presetWait = null;
     return;
   }
+  if (state.revoking && /revoke|changed or is gone/i.test(reason)) {
+    state.revoking = null;
+    notice(`The rule was not revoked: ${reason}`, "error");
+    return;
+  }
+  if (state.ruleSaving.size > 0 && /rule|question|invalid message/i.test(reason)) {
+    const [questionId] = state.ruleSaving; // (the oldest: replies come in order)
+    state.ruleSaving.delete(questionId);
+    state.inFlight.delete(questionId);
+    state.cardErrors.set(questionId, `The rule: ${reason}`);
+    if (card && card.question.questionId === questionId) card.back();
+    return;
+  }
+  const batch = state.batch;
+  if (batch && (batch.phase === "asking" || batch.phase === "sending")) {
+    batch.phase = "error";
+    batch.error = reason;
+    return;
+  }
+  if (state.rulesWait && /rule/i.test(reason)) {
+    state.rulesWait = false;
+    state.rulesError = reason;
+    return;
+  }
   notice(`Error: ${reason}`, "error");
+}
+
+// ------------------------------------------------------------- editor rules
+
+function known(questionId) {
+  return state.questions.has(questionId) || Boolean(state.replay && state.replay.has(questionId));
+}
+
+function offersCame(message) {
+  if (typeof message.questionId !== "string" || !Array.isArray(message.offers)) return;
+  if (!known(message.questionId)) return; // (it ended meanwhile)
+  const offers = [];
+  for (const offer of message.offers) {
+    if (!offer || !Number.isInteger(offer.index) || offer.index < 0 || offer.index > MAX_OFFER_INDEX) continue;
+    if (typeof offer.label !== "string" || !offer.label) continue;
+    offers.push({ index: offer.index, effect: offer.effect === "deny" ? "deny" : "allow", label: offer.label });
+  }
+  state.offers.set(message.questionId, offers);
+}
+
+function receiptCame(message) {
+  if (typeof message.sessionId !== "string" || !message.sessionId) return;
+  const number = Number.isInteger(message.number) ? message.number : "?";
+  const outcome = message.outcome === "denied" ? "denied" : message.outcome === "allowed" ? "allowed" : "answered";
+  const title = escapedText(typeof message.title === "string" && message.title ? message.title : message.toolCallId);
+  const rule = escapedText(String(message.rule ?? ""), 2 * SHORT);
+  addEntry(session(message.sessionId), { kind: "receipt", outcome, text: `⚖ rule ${number} ${outcome}: ${title} — ${rule}` });
+}
+
+function rulesCame(list) {
+  if (!Array.isArray(list)) return;
+  state.rules = list
+    .filter((row) => row && Number.isInteger(row.number) && typeof row.rule === "string")
+    .map((row) => ({
+      number: row.number,
+      effect: row.effect === "deny" ? "deny" : "allow",
+      rule: row.rule,
+      hits: Number.isInteger(row.hits) ? row.hits : 0,
+      keptIn: typeof row.keptIn === "string" ? row.keptIn : "",
+    }));
+  state.rulesWait = false;
+  state.rulesError = null;
+  state.revoking = null;
+}
+
+function askRules() {
+  if (!ready()) return;
+  if (send({ type: "list_rules" })) state.rulesWait = true;
+}
+
+function saveRule(question, index) {
+  const message = { type: "save_rule", questionId: question.questionId, sessionId: question.sessionId, index };
+  if (!ready() || !send(message)) {
+    state.cardErrors.set(question.questionId, "Not connected: the rule was not saved. Try again once the page has reconnected.");
+    renderCard();
+    return;
+  }
+  state.inFlight.add(question.questionId);
+  state.ruleSaving.add(question.questionId);
+  state.cardErrors.delete(question.questionId);
+  renderCard();
+}
+
+function revokeRule(row) {
+  if (!ready() || state.revoking) return;
+  if (send({ type: "revoke_rule", number: row.number, rule: row.rule })) {
+    state.revoking = { number: row.number, rule: row.rule };
+    renderRules();
+  }
+}
+
+function showRules(open) {
+  if (state.rulesOpen === open) return;
+  state.rulesOpen = open;
+  if (open) {
+    askRules();
+  } else if (card) {
+    card.shown(); // (out of sight meanwhile: it appears anew, guard and all)
+  }
+  render();
+  if (open) els.rulesClose.focus({ preventScroll: true });
+  else if (card) card.element.focus({ preventScroll: true });
+  else if (!els.prompt.disabled) els.prompt.focus({ preventScroll: true });
+}
+
+// ------------------------------------------------------------------- batches
+
+function previewBatch() {
+  const sessionId = state.current;
+  const what = els.batchWhat.value.trim();
+  if (sessionId === null || !ready()) return;
+  if (!what) {
+    state.batch = { sessionId, effect: "allow", what: "", phase: "error", error: "Name a tool kind (reads, edits, executes…) or a path glob (src/**).", questions: [] };
+    renderBatch();
+    return;
+  }
+  if ([...what].length > MAX_BATCH_WHAT) {
+    state.batch = { sessionId, effect: "allow", what: "", phase: "error", error: `At most ${MAX_BATCH_WHAT} characters.`, questions: [] };
+    renderBatch();
+    return;
+  }
+  const effect = els.batchEffect.value === "deny" ? "deny" : "allow";
+  if (!send({ type: "preview_batch", sessionId, effect, what })) return;
+  state.batch = { sessionId, effect, what, phase: "asking", questions: [], answered: 0, error: null, shownAt: 0 };
+  renderBatch();
+}
+
+function batchPreviewed(message) {
+  const batch = state.batch;
+  if (!batch || batch.phase !== "asking") return;
+  if (message.sessionId !== batch.sessionId || message.effect !== batch.effect || message.what !== batch.what) return;
+  if (!Array.isArray(message.questions)) return;
+  batch.questions = message.questions
+    .filter((item) => item && typeof item.questionId === "string")
+    .map((item) => ({
+      questionId: item.questionId,
+      title: typeof item.title === "string" ? item.title : "",
+      optionName: typeof item.optionName === "string" ? item.optionName : "",
+    }));
+  batch.phase = "preview";
+  batch.shownAt = performance.now();
+  setTimeout(renderBatch, GUARD_MS + 10); // (its answer button arms then)
+}
+
+function batchAnswered(message) {
+  const batch = state.batch;
+  if (!batch || batch.phase !== "sending" || message.sessionId !== batch.sessionId || message.what !== batch.what) return;
+  batch.phase = "done";
+  batch.answered = Number.isInteger(message.answered) ? message.answered : 0;
+}
+
+function answerBatch() {
+  const batch = state.batch;
+  if (!batch || batch.phase !== "preview" || batch.questions.length === 0) return;
+  if (performance.now() - batch.shownAt < GUARD_MS || !ready()) return;
+  const message = {
+    type: "answer_batch",
+    sessionId: batch.sessionId,
+    effect: batch.effect,
+    what: batch.what,
+    questionIds: batch.questions.map((item) => item.questionId),
+  };
+  if (!send(message)) return;
+  batch.phase = "sending";
+  renderBatch();
+}
+
+function closeBatch() {
+  state.batch = null;
+  renderBatch();
 }
 
 function askPresets(sessionId) {
@@ -382,6 +624,7 @@ function sessionItem(id) {
   const button = el("button", { type: "button", class: "session-button" });
   button.addEventListener("click", () => {
     selectSession(id);
+    showRules(false);
     if (card) card.element.focus({ preventScroll: true }); // the number keys reach the card
   });
   const item = el("li", { class: "session", "data-session-id": id }, button, el("span", { class: "badges" }));
@@ -444,6 +687,8 @@ function entryNode(entry) {
       return el("div", { class: "entry entry-agent" }, el("span", { class: "who" }, "agent"), el("div", { class: "body" }, entry.text));
     case "turn":
       return el("div", { class: "entry entry-turn" }, entry.text);
+    case "receipt":
+      return el("div", { class: ["entry", "entry-receipt", entry.outcome === "denied" ? "denied" : "allowed"] }, entry.text);
     default:
       return el("div", { class: "entry entry-notice" }, entry.text);
   }
@@ -518,8 +763,9 @@ function notice(text, kind) {
 
 // -------------------------------------------------------------------- the card
 
-function answer(question, decision) {
+function answer(question, decision, reason = null) {
   const message = { type: "answer", questionId: question.questionId, sessionId: question.sessionId, decision };
+  if (typeof reason === "string" && reason.trim() !== "") message.reason = reason;
   if (!ready() || !send(message)) {
     state.cardErrors.set(question.questionId, "Not connected: the answer was not sent. It can be given once the page has reconnected.");
     renderCard();
@@ -535,9 +781,13 @@ function renderCard() {
   const pending = state.current === null ? [] : questionsOf(state.current);
   const top = pending[0] || null;
   let focusWasInCard = false;
+  let wasTyping = false;
   if (card && (!top || card.question.questionId !== top.questionId)) {
     const active = document.activeElement;
     focusWasInCard = card.element.contains(active) || active === document.body || active === null;
+    // A reason being typed as its card leaves (answered elsewhere, withdrawn) must
+    // not go on in the prompt box: an Enter there would send it to the agent.
+    wasTyping = card.typing;
     card.destroy();
     card = null;
   }
@@ -545,19 +795,22 @@ function renderCard() {
     card = new CardView(top, {
       sessionTitle: titleOf(top.sessionId),
       position: [1, pending.length],
-      onAnswer: (decision) => answer(top, decision),
+      offers: state.offers.get(top.questionId) || null,
+      onAnswer: (decision, reason) => answer(top, decision, reason),
+      onSaveRule: (index) => saveRule(top, index),
     });
     els.cardSlot.append(card.element);
     card.shown();
     card.element.focus({ preventScroll: true });
     card.element.scrollIntoView({ block: "nearest" });
-  } else if (!card && focusWasInCard && !els.prompt.disabled) {
+  } else if (!card && focusWasInCard && !wasTyping && !els.prompt.disabled) {
     els.composer.hidden = false;
     els.prompt.focus({ preventScroll: true });
     promptBackAt = performance.now();
   }
   if (card) {
     card.setPosition([1, pending.length]);
+    card.setOffers(state.offers.get(card.question.questionId) || null);
     const sending = state.inFlight.has(card.question.questionId);
     const hadFocus = card.element.contains(document.activeElement);
     if (sending !== card.sending) card.setSending(sending);
@@ -570,7 +823,7 @@ function renderCard() {
 // Keys for the card when nothing else has the focus (the card's own keys are
 // handled on the card).
 document.addEventListener("keydown", (event) => {
-  if (!card || event.defaultPrevented) return;
+  if (!card || event.defaultPrevented || state.rulesOpen) return; // (the card is out of sight)
   const active = document.activeElement;
   if (active && active !== document.body && active !== document.documentElement) return;
   if (card.handleKey(event)) event.preventDefault();
@@ -619,6 +872,23 @@ els.newSession.addEventListener("click", () => {
 
 els.cancelTurn.addEventListener("click", () => {
   if (state.current !== null) send({ type: "cancel_turn", sessionId: state.current });
+});
+
+els.rulesButton.addEventListener("click", () => showRules(!state.rulesOpen));
+els.rulesClose.addEventListener("click", () => showRules(false));
+els.rulesView.addEventListener("keydown", (event) => {
+  if (event.key === "Escape" && !event.defaultPrevented) {
+    event.preventDefault();
+    showRules(false);
+  }
+});
+
+els.batchPreview.addEventListener("click", previewBatch);
+els.batchWhat.addEventListener("keydown", (event) => {
+  if (event.key === "Enter" && !event.isComposing) {
+    event.preventDefault();
+    previewBatch();
+  }
 });
 
 els.preset.addEventListener("change", () => {
@@ -717,12 +987,135 @@ function renderComposer() {
   els.newSession.disabled = !ready();
 }
 
+function renderRules() {
+  const open = state.rulesOpen;
+  els.rulesView.hidden = !open;
+  els.main.classList.toggle("showing-rules", open);
+  els.rulesButton.setAttribute("aria-pressed", String(open));
+  els.rulesButton.classList.toggle("current", open);
+  if (!open) return;
+  const rules = state.rules;
+  let status = "";
+  if (state.rulesError) status = `Rules unavailable: ${escapedText(state.rulesError, 4 * SHORT)}`;
+  else if (rules === null) status = ready() ? "loading…" : "not connected";
+  else if (rules.length === 0) status = "No editor rules yet: save one from a card's “Editor rules”.";
+  else status = `${rules.length} rule${rules.length === 1 ? "" : "s"}, in the order they are checked (a deny beats an allow).`;
+  if (els.rulesStatus.textContent !== status) els.rulesStatus.textContent = status;
+  // Drawn again only when it changed (a redraw would take the focus off a button).
+  const drawn = JSON.stringify([rules, state.revoking, ready()]);
+  if (els.rulesList.dataset.drawn === drawn) return;
+  els.rulesList.dataset.drawn = drawn;
+  clear(els.rulesList);
+  for (const row of rules || []) {
+    const revoke = el(
+      "button",
+      { type: "button", class: "rule-revoke", "aria-label": `Revoke rule ${row.number}`, disabled: !ready() || state.revoking !== null },
+      "Revoke",
+    );
+    revoke.addEventListener("click", () => revokeRule(row));
+    els.rulesList.append(
+      el(
+        "li",
+        { class: ["rule-row", row.effect], "data-rule-number": String(row.number) },
+        el("span", { class: "rule-number" }, String(row.number)),
+        el(
+          "div",
+          { class: "rule-body" },
+          el("span", { class: "rule-words" }, visible(row.rule, false, 4 * SHORT)),
+          el(
+            "span",
+            { class: "rule-meta" },
+            `hits: ${row.hits} · kept in: `,
+            el("span", { class: "rule-file" }, visible(row.keptIn || "memory", false, SHORT)),
+          ),
+        ),
+        revoke,
+      ),
+    );
+  }
+}
+
+function renderBatch() {
+  const record = state.current === null ? null : state.sessions.get(state.current);
+  const usable = Boolean(record) && ready();
+  els.batchEffect.disabled = !usable;
+  els.batchWhat.disabled = !usable;
+  els.batchPreview.disabled = !usable || Boolean(state.batch && state.batch.phase === "asking");
+  const batch = state.batch;
+  const panel = els.batchPanel;
+  if (!batch || batch.sessionId !== state.current) {
+    panel.hidden = true;
+    clear(panel);
+    delete panel.dataset.drawn;
+    return;
+  }
+  panel.hidden = false;
+  // Drawn again only when it changed (a redraw would take the focus off a button).
+  const armed = performance.now() - (batch.shownAt || 0) >= GUARD_MS;
+  const gone = batch.questions.map((item) => !state.questions.has(item.questionId));
+  const drawn = JSON.stringify([batch, gone, armed, ready()]);
+  if (panel.dataset.drawn === drawn) return;
+  panel.dataset.drawn = drawn;
+  clear(panel);
+  const verb = batch.effect === "deny" ? "Deny all" : "Allow all";
+  const back = el("button", { type: "button", class: "batch-back" }, batch.phase === "done" ? "Close" : "Back");
+  back.addEventListener("click", closeBatch);
+  if (batch.phase === "error") {
+    panel.append(el("p", { class: "batch-error" }, `Batch: ${escapedText(batch.error || "", 4 * SHORT)}`), el("div", { class: "batch-buttons" }, back));
+    return;
+  }
+  const heading = el("p", { class: "batch-heading" }, `${verb} `, el("code", {}, visible(batch.what, false, SHORT)), ": ");
+  panel.append(heading);
+  if (batch.phase === "asking") {
+    heading.append("asking the server…");
+    return;
+  }
+  if (batch.phase === "done") {
+    const listed = batch.questions.length;
+    const rest = listed - batch.answered;
+    heading.append(`${batch.answered} answered`);
+    if (rest > 0) heading.append(` (${rest} of the ${listed} listed ${rest === 1 ? "was" : "were"} no longer pending)`);
+    panel.append(el("div", { class: "batch-buttons" }, back));
+    return;
+  }
+  const count = batch.questions.length;
+  if (count === 0) {
+    heading.append("no pending question of this session matches.");
+    panel.append(el("div", { class: "batch-buttons" }, back));
+    return;
+  }
+  heading.append(`these ${count} pending question${count === 1 ? "" : "s"} of this session, and no other (one that comes later is not answered):`);
+  const list = el("ol", { class: "batch-list", "aria-label": "Questions the batch answers" });
+  batch.questions.forEach((item, index) => {
+    list.append(
+      el(
+        "li",
+        { class: ["batch-item", gone[index] && "gone"], "data-question-id": item.questionId },
+        el("span", { class: "batch-title" }, visible(item.title || "(untitled tool call)", false, SHORT)),
+        " → ",
+        el("span", { class: "batch-option" }, visible(item.optionName || "(no such option)", false, SHORT)),
+        gone[index] ? el("span", { class: "batch-gone" }, " (no longer pending)") : null,
+      ),
+    );
+  });
+  const go = el(
+    "button",
+    { type: "button", class: ["batch-answer", batch.effect], disabled: batch.phase !== "preview" || !armed || !ready() },
+    `Answer these ${count}`,
+  );
+  go.addEventListener("click", answerBatch);
+  panel.append(list, el("div", { class: "batch-buttons" }, go, back));
+  if (batch.phase === "sending") panel.append(el("p", { class: "batch-status" }, "Sending…"));
+}
+
 function render() {
   renderStatus();
   renderSessions();
   renderHeader();
   renderPresets();
   renderComposer();
+  renderBatch();
+  renderRules();
   renderCard();
 }
 

@@ -4,8 +4,12 @@
 // markup), and characters a person cannot see are shown as escapes. The card
 // ignores a click or a key for GUARD_MS after it appears, so a press meant for
 // something else never answers it.
+//
+// Below the agent's options, the editor rules the server offers for the question
+// (each saved only after a confirmation that shows its whole scope). A deny option
+// opens a reason box first: the denial is sent from there, with the person's words.
 
-import { el, escapedText, hasHidden, prettyJson, SHORT, splitLines, visible } from "./dom.js";
+import { clear, el, escapedText, hasHidden, prettyJson, SHORT, splitLines, visible } from "./dom.js";
 import { lineDiff, withContext } from "./diff.js";
 
 /** A card ignores clicks and keys for this long after it appears (milliseconds). */
@@ -33,6 +37,10 @@ function keyMayAnswer() {
 }
 /** Options a number key chooses (1 to 9). */
 export const KEYED_OPTIONS = 9;
+/** The longest reason for a denial (characters), as the server takes it. */
+export const MAX_REASON = 1000;
+/** What the card says of the agent's own "always" options: their scope is the agent's. */
+export const AGENT_ALWAYS_NOTE = "(the agent decides what this covers)";
 /** Diff rows shown per file at most (the rest are counted). */
 const MAX_DIFF_ROWS = 5000;
 const DRAWN_DIFF_CHARS = 200_000; // of all the request's diffs, drawn at once
@@ -265,16 +273,26 @@ function jsonBlock(value, extra) {
  * One question's card. `element` is the DOM; call `shown()` when it is put on
  * the page (and again when it is shown anew): the guard runs from then.
  *
- * options: `sessionTitle`, `position` ([n, total]), `onAnswer(decision)` (called
- * only for an armed card whose answer is not in flight).
+ * options: `sessionTitle`, `position` ([n, total]), `offers` (the editor rules
+ * the card may save: `[{index, effect, label}]`, or `setOffers` later),
+ * `onAnswer(decision, reason)` and `onSaveRule(index)` (called only for an armed
+ * card with nothing in flight; `reason` only for a denial, and only if typed).
+ *
+ * Its modes: `choose` (the options, the rules), `confirm` (save this rule?) and
+ * `reason` (the reason box of a denial).
  */
 export class CardView {
-  constructor(question, { sessionTitle = null, position = null, onAnswer }) {
+  constructor(question, { sessionTitle = null, position = null, offers = null, onAnswer, onSaveRule = null }) {
     this.question = question;
     this.onAnswer = onAnswer;
+    this.onSaveRule = onSaveRule;
     this.shownAt = Infinity;
     this.sending = false;
     this.timer = null;
+    this.mode = "choose";
+    this.offers = [];
+    this.confirming = null; // the offer the confirmation is for
+    this.denying = null; // the decision the reason box sends
     const title = typeof question.title === "string" && question.title ? question.title : "(untitled tool call)";
     this.title = title;
     const analysis = analyse(question.request);
@@ -287,6 +305,7 @@ export class CardView {
       tabindex: "-1",
       "data-question-id": question.questionId,
       "data-state": "arming",
+      "data-mode": "choose",
     });
     this.positionSpan = el("span", { class: "card-position" });
     card.append(el("h2", { class: "card-heading" }, "Permission request ", this.positionSpan));
@@ -365,8 +384,10 @@ export class CardView {
         el("span", { class: "opt-name" }, visible(String(option.name ?? ""), false, SHORT)), // (one line: no drawn rows)
         // What it is, in words (a colour alone can say "allow" of a button named "Deny").
         kind ? el("span", { class: "opt-kind", "aria-hidden": "true" }, visible(kind.replace("_", " "), false, 40)) : null,
+        // The agent's "always" is its own: the page cannot say what it covers.
+        kind === "allow_always" || kind === "reject_always" ? el("span", { class: "opt-note" }, AGENT_ALWAYS_NOTE) : null,
       );
-      this.listen(button, { outcome: "selected", optionId: option.optionId });
+      this.listen(button, { outcome: "selected", optionId: option.optionId }, kind.startsWith("reject"));
       group.append(button);
       this.buttons.push(button);
     });
@@ -378,11 +399,78 @@ export class CardView {
       this.buttons.push(cancel);
     }
     card.append(group);
+    this.group = group;
+
+    // The editor's rules: each says in full what it covers, and for how long.
+    this.rulesList = el("div", { class: "rule-offers", role: "group", "aria-label": "Editor rules" });
+    this.rulesBox = el(
+      "div",
+      { class: ["card-section", "card-rules"], hidden: true },
+      el("h3", { class: "card-section-title" }, "Editor rules"),
+      el("p", { class: "rules-note" }, "Kept by the editor, not the agent: each says all it covers and for how long."),
+      this.rulesList,
+    );
+    card.append(this.rulesBox);
+    this.ruleButtons = [];
+
     const keyed = Math.min(options.length, KEYED_OPTIONS);
     const hint = el("p", { class: "card-hint" });
     if (keyed > 0) hint.append(`Press ${keyed === 1 ? "1" : `1–${keyed}`} or click to choose; `);
-    hint.append(deny ? "Esc answers cancelled." : "no deny option was offered: Esc answers cancelled (a denial).");
+    hint.append(deny ? "a deny option asks for a reason first (optional); Esc answers cancelled." : "no deny option was offered: Esc answers cancelled (a denial).");
     card.append(hint);
+    this.hint = hint;
+
+    // Save this rule? (after a click on a rule: the whole label again)
+    this.confirmLabel = el("p", { class: "confirm-label" });
+    this.confirmSave = el("button", { type: "button", class: "confirm-save" }, "Save");
+    const confirmBack = el("button", { type: "button", class: "confirm-back" }, "Back");
+    this.confirmBox = el(
+      "div",
+      { class: "card-confirm", role: "group", "aria-label": "Save this rule?", hidden: true },
+      el("p", { class: "confirm-question" }, "Save this rule?"),
+      this.confirmLabel,
+      el("p", { class: "confirm-note" }, "It is kept until it ends or you revoke it (Rules, on the left), and it answers this question and every pending one it covers now."),
+      el("div", { class: "confirm-buttons" }, this.confirmSave, confirmBack),
+    );
+    this.guarded(this.confirmSave, () => this.saveRule());
+    confirmBack.addEventListener("click", () => this.back());
+    card.append(this.confirmBox);
+
+    // Deny, with a reason (optional) that the agent is told.
+    this.reasonText = el("textarea", {
+      class: "reason-text",
+      rows: "2",
+      maxlength: String(MAX_REASON),
+      "aria-label": "Reason for the denial (optional)",
+      placeholder: "Why? The agent is told (optional)",
+    });
+    this.reasonSend = el("button", { type: "button", class: "reason-send" }, "Send denial");
+    const reasonBack = el("button", { type: "button", class: "reason-back" }, "Back");
+    this.reasonTitle = el("p", { class: "reason-question" });
+    this.reasonBox = el(
+      "div",
+      { class: "card-reason", role: "group", "aria-label": "Deny with a reason", hidden: true },
+      this.reasonTitle,
+      this.reasonText,
+      el("div", { class: "reason-buttons" }, this.reasonSend, reasonBack),
+      el("p", { class: "reason-hint" }, "Enter sends the denial (Shift+Enter: a new line), Esc goes back."),
+    );
+    this.guarded(this.reasonSend, () => this.sendDenial());
+    reasonBack.addEventListener("click", () => this.back());
+    this.reasonText.addEventListener("keydown", (event) => {
+      if (event.isComposing || event.ctrlKey || event.metaKey || event.altKey) return;
+      if (event.key === "Escape") {
+        event.preventDefault();
+        event.stopPropagation();
+        this.back();
+      } else if (event.key === "Enter" && !event.shiftKey) {
+        event.preventDefault();
+        event.stopPropagation();
+        this.sendDenial();
+      }
+    });
+    card.append(this.reasonBox);
+
     this.status = el("p", { class: "card-status", "aria-live": "polite" });
     this.error = el("p", { class: "card-error", "aria-live": "assertive", hidden: true });
     card.append(this.status, this.error);
@@ -393,15 +481,22 @@ export class CardView {
       }
     });
     this.element = card;
+    this.setOffers(offers);
   }
 
-  /** A click on `button` answers `decision`. A click made by a key (Space, Enter:
-   * `detail` 0) obeys the keys' rules; a press while the card arms takes no focus,
-   * so that typing after it cannot click the button. */
-  listen(button, decision) {
+  /** A click on `button` answers `decision` (a deny opens the reason box first).
+   * A click made by a key (Space, Enter: `detail` 0) obeys the keys' rules; a
+   * press while the card arms takes no focus, so that typing after it cannot
+   * click the button. */
+  listen(button, decision, deny = false) {
+    this.guarded(button, () => this.choose(decision, deny));
+  }
+
+  /** `button` runs `act` on a click, under the card's guards (see `listen`). */
+  guarded(button, act) {
     button.addEventListener("click", (event) => {
       if (event.detail === 0 && !keyMayAnswer()) return;
-      this.answer(decision);
+      act();
     });
     button.addEventListener("mousedown", (event) => {
       if (!this.armed) event.preventDefault();
@@ -420,19 +515,119 @@ export class CardView {
     return performance.now() - this.shownAt >= GUARD_MS;
   }
 
+  /** Whether the card may act now: armed, and nothing in flight. */
+  get ready() {
+    return this.armed && !this.sending;
+  }
+
   /** Answer, if the card is armed and no answer is in flight; else nothing. */
-  answer(decision) {
-    if (!this.armed || this.sending) return false;
-    this.onAnswer(decision);
+  answer(decision, reason = null) {
+    if (!this.ready) return false;
+    this.onAnswer(decision, reason);
     return true;
+  }
+
+  /** An option chosen: a denial opens the reason box; anything else answers. */
+  choose(decision, deny) {
+    if (!this.ready || this.mode !== "choose") return false;
+    if (!deny) return this.answer(decision);
+    this.denying = decision;
+    this.reasonText.value = ""; // (a reason left with Back is not sent with a later denial)
+    const option = (this.question.options || []).find((o) => o.optionId === decision.optionId);
+    this.reasonTitle.textContent = "";
+    this.reasonTitle.append("“", el("strong", {}, visible(String(option ? option.name ?? "" : ""), false, SHORT)), "”, with a reason for the agent (optional):");
+    this.setMode("reason");
+    this.reasonText.focus({ preventScroll: true });
+    return true;
+  }
+
+  /** The reason box's answer: the denial, with the reason if one was typed. */
+  sendDenial() {
+    if (this.mode !== "reason" || this.denying === null) return false;
+    const typed = Array.from(this.reasonText.value).slice(0, MAX_REASON).join("");
+    return this.answer(this.denying, typed.trim() === "" ? null : typed);
+  }
+
+  /** A rule's button: ask to confirm it, showing its whole label. */
+  confirmRule(offer) {
+    if (!this.ready || this.mode !== "choose") return false;
+    this.confirming = offer;
+    this.confirmLabel.textContent = "";
+    this.confirmLabel.append(visible(offer.label));
+    this.confirmBox.dataset.effect = offer.effect;
+    this.setMode("confirm");
+    this.element.focus({ preventScroll: true });
+    return true;
+  }
+
+  saveRule() {
+    if (this.mode !== "confirm" || this.confirming === null || !this.ready || !this.onSaveRule) return false;
+    this.onSaveRule(this.confirming.index);
+    return true;
+  }
+
+  /** Back to the options (from a confirmation or the reason box). */
+  back() {
+    if (this.mode === "choose") return;
+    this.setMode("choose");
+    this.confirming = null;
+    this.denying = null;
+    this.element.focus({ preventScroll: true });
+  }
+
+  setMode(mode) {
+    this.mode = mode;
+    this.element.dataset.mode = mode;
+    const choosing = mode === "choose";
+    this.group.hidden = !choosing;
+    this.hint.hidden = !choosing;
+    this.rulesBox.hidden = !choosing || this.offers.length === 0;
+    this.confirmBox.hidden = mode !== "confirm";
+    this.reasonBox.hidden = mode !== "reason";
+    this.refresh();
+  }
+
+  /** The rules the card may save (`[{index, effect, label}]`); the same list again
+   * changes nothing. */
+  setOffers(offers) {
+    const list = Array.isArray(offers) ? offers : [];
+    if (list === this.offersGiven || (list.length === 0 && this.offers.length === 0)) return;
+    this.offersGiven = list;
+    this.offers = list;
+    clear(this.rulesList);
+    this.ruleButtons = list.map((offer) => {
+      const button = el(
+        "button",
+        { type: "button", class: ["rule-offer", offer.effect === "deny" ? "deny" : "allow"], "data-rule-index": String(offer.index) },
+        el("span", { class: "rule-label" }, visible(offer.label)), // (in full: it is the rule's whole scope)
+      );
+      this.guarded(button, () => this.confirmRule(offer));
+      this.rulesList.append(button);
+      return button;
+    });
+    if (this.mode === "confirm") {
+      // The same rule offered again (after a reconnection) keeps its confirmation.
+      const was = this.confirming;
+      const same = list.find((o) => was && o.index === was.index && o.effect === was.effect && o.label === was.label);
+      if (same) this.confirming = same;
+      else this.back();
+    }
+    this.setMode(this.mode);
   }
 
   /** A key for the card: 1..9 choose, Escape cancels. True if it was the card's
    * key (answered, or ignored: a held key's repeats, a key that follows another
-   * within half a second, as typing does, and any key while the card arms). */
+   * within half a second, as typing does, and any key while the card arms). In a
+   * confirmation or the reason box, Escape goes back and the other keys are theirs. */
   handleKey(event) {
     if (event.ctrlKey || event.metaKey || event.altKey || event.isComposing) return false;
+    if (this.mode !== "choose") {
+      if (event.key !== "Escape") return false;
+      this.back();
+      return true;
+    }
     let decision = null;
+    let deny = false;
     if (event.key === "Escape") {
       decision = { outcome: "cancelled" };
     } else if (/^[1-9]$/.test(event.key)) {
@@ -440,10 +635,14 @@ export class CardView {
       const options = this.question.options || [];
       if (index >= options.length || index >= KEYED_OPTIONS) return false;
       decision = { outcome: "selected", optionId: options[index].optionId };
+      deny = typeof options[index].kind === "string" && options[index].kind.startsWith("reject");
     } else {
       return false;
     }
-    if (keyMayAnswer()) this.answer(decision);
+    if (keyMayAnswer()) {
+      if (deny) this.choose(decision, true);
+      else this.answer(decision);
+    }
     return true;
   }
 
@@ -469,7 +668,17 @@ export class CardView {
     const state = this.sending ? "sending" : this.armed ? "armed" : "arming";
     this.element.dataset.state = state;
     for (const button of this.buttons) button.disabled = this.sending;
-    this.status.textContent = this.sending ? "Sending your answer…" : "";
+    for (const button of this.ruleButtons) button.disabled = this.sending;
+    this.confirmSave.disabled = this.sending;
+    this.reasonSend.disabled = this.sending;
+    this.reasonText.readOnly = this.sending;
+    const sendingText = this.mode === "confirm" ? "Saving the rule…" : "Sending your answer…";
+    this.status.textContent = this.sending ? sendingText : "";
+  }
+
+  /** Whether a reason is being typed on this card (its box has the focus). */
+  get typing() {
+    return this.mode === "reason" && this.reasonText === document.activeElement;
   }
 
   destroy() {
