@@ -81,6 +81,7 @@ MAX_REASON: Final = 1000
 
 _SHELLS: Final = frozenset({"sh", "bash", "zsh", "dash", "ksh", "fish"})
 _MAX_NESTING: Final = 8  # shells within shells read for deny rules
+_CACHED_COMMAND: Final = 1024  # characters: longer commands are split anew each time
 _SHELL_SPECIAL: Final = frozenset(";&|<>()$`\\*?[]{}~#!")
 _DOUBLE_QUOTED_SPECIAL: Final = frozenset("$`\\!")
 _OPERATOR = re.compile(r"[;&|()<>`]+")
@@ -302,11 +303,14 @@ def _command_words(
         return tuple(command), _deny_words(command)
     if not isinstance(command, str) or not command.strip():
         return None, ()
+    if len(command) > _CACHED_COMMAND:  # (a peer's long commands never fill the cache)
+        return _plain_words(command), _every_word(command)
     return _shell_words(command)
 
 
 @lru_cache(maxsize=256)
 def _shell_words(command: str) -> tuple[tuple[str, ...] | None, tuple[str, ...]]:
+    """A command's words, kept for the next request (an agent repeats its commands)."""
     return _plain_words(command), _every_word(command)
 
 
