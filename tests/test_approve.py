@@ -1,41 +1,87 @@
 """``simhost approve`` against a real server on a real socket: a relay, served by
 ``serve_relay``, whose questions a real permclient client gets from a scripted agent.
 The approver reads its answers as lines from a pipe and prints to a console the test
-watches; its controller's keyboard rules are tested on their own, with a mock clock."""
+watches; its controller's keyboard rules are tested on their own, with a mock clock.
+
+Editor rules, receipts, reasons and batches: against ``simhost serve`` in a child
+process with the reference runtime (another view prompts it), or a serve host in this
+process on a scripted agent; once in a pty, keys and all. The server keeps its rules
+and audit trail in the test's own folders (``XDG_CONFIG_HOME`` and ``XDG_STATE_HOME``
+too)."""
 
 from __future__ import annotations
 
+import functools
 import io
+import json
 import os
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import msgspec
+import pexpect
 import pytest
 import trio
 import trio.testing
 import typer
 from hypercorn.config import Config
 from rich.console import Console
+from rich.text import Text
+from trio_websocket import WebSocketConnection
 from typer.testing import CliRunner
 
 from permclient import Client, Question, deferred
-from permclient.relay import AnswerRefused, Relay, RelayOption, RelayQuestion, Requested, Resolved
-from simhost.approve.app import Approver
+from permclient.relay import (
+    AnswerRefused,
+    Relay,
+    RelayOption,
+    RelayQuestion,
+    Requested,
+    Resolved,
+    Withdrawn,
+)
+from permclient.rules import load_rules
+from simhost.approve.app import OFFERS_WAIT_S, Approver
 from simhost.approve.cli import approve_command
 from simhost.approve.launch import run_approve
 from simhost.approve.link import FIRST_RETRY_S, LAST_RETRY_S
 from simhost.approve.target import TOKEN_ENV, Target, TargetError, default_view_name, target_of
+from simhost.audit import AUDIT_NAME
+from simhost.chat.backends import AcpBackend
 from simhost.chat.keys import Key
-from simhost.chat.screen import PlainScreen
+from simhost.chat.screen import PlainScreen, View
 from simhost.chat.terminal import InputEvent
-from simhost.serve.protocol import Answer, SessionEvent, SessionInfo, Sessions, ViewMessage
+from simhost.rulebook import RULES_NAME, open_rules
+from simhost.serve.host import ServeHost
+from simhost.serve.protocol import (
+    Answer,
+    AnswerBatch,
+    BatchAnswered,
+    BatchItem,
+    BatchPreview,
+    Error,
+    ListRules,
+    PreviewBatch,
+    RevokeRule,
+    RuleOffer,
+    RuleOffers,
+    RuleReceipt,
+    RuleRow,
+    Rules,
+    SaveRule,
+    SessionEvent,
+    SessionInfo,
+    Sessions,
+    ViewMessage,
+)
 from simhost.serve.server import Gate, serve_relay
 
-from .peer import CANCELLED, FakePeer, connected, permission_params, selected
+from .peer import CANCELLED, FakePeer, allow_deny, connected, permission_params, selected
 from .serving import (
     TOKEN,
     WAIT_S,
@@ -43,6 +89,8 @@ from .serving import (
     next_message,
     opened,
     send,
+    served,
+    served_sync,
     sockets_freed_quietly,
     view,
 )
@@ -405,6 +453,18 @@ THREE = [
 ]
 
 
+class Recording(PlainScreen):
+    """A plain screen that keeps the last view it was shown (the live part)."""
+
+    def __init__(self, console: Console) -> None:
+        super().__init__(console)
+        self.view = View()
+
+    def refresh(self, view: View) -> None:
+        self.view = view
+        super().refresh(view)
+
+
 @dataclass
 class Controlled:
     """An :class:`Approver` at a keyboard, opened with a replay; what it sent."""
@@ -413,6 +473,19 @@ class Controlled:
     out: Watched
     keys: trio.MemorySendChannel[InputEvent]
     sent: list[ViewMessage]
+    screen: Recording
+
+    @property
+    def hint(self) -> str:
+        """The last line of the card that is up, as drawn now."""
+        card = self.screen.view.card
+        hint = card.hint if card is not None else None
+        return hint.plain if isinstance(hint, Text) else str(hint)
+
+    @property
+    def prompt(self) -> str:
+        prompt = self.screen.view.prompt
+        return prompt.plain if prompt is not None else ""
 
     async def press(self, *keys: Key) -> None:
         for key in keys:
@@ -430,7 +503,8 @@ class Controlled:
 @asynccontextmanager
 async def controlled(*replay: RelayQuestion) -> AsyncIterator[Controlled]:
     console, out = watched_console()
-    approver = Approver(PlainScreen(console), "term", input_mode="keys")
+    screen = Recording(console)
+    approver = Approver(screen, "term", input_mode="keys")
     send, receive = trio.open_memory_channel[InputEvent](16)
     sent: list[ViewMessage] = []
 
@@ -442,7 +516,7 @@ async def controlled(*replay: RelayQuestion) -> AsyncIterator[Controlled]:
         nursery.start_soon(approver.run, receive)
         await trio.testing.wait_all_tasks_blocked()
         approver.opened(to_server, "host:1", list(replay))
-        yield Controlled(approver, out, send, sent)
+        yield Controlled(approver, out, send, sent, screen)
         approver.quit(0)
 
 
@@ -468,20 +542,30 @@ async def test_a_key_answers_a_card_only_after_half_a_second_and_only_once_in_fl
         await ui.press(key("3"))
         assert len(ui.answers()) == 1  # the card is up again: half a second to look first
         await trio.sleep(0.5)
-        await ui.press(key("3"))
+        await ui.press(key("3"))  # Deny: the prompt takes a reason first
+        assert len(ui.answers()) == 1
+        await ui.press(Key("enter", at=trio.current_time()))
         assert ui.answers()[1:] == [("q1", {"outcome": "selected", "optionId": "deny"})]
 
 
-async def test_a_standing_grant_by_key_waits_for_enter_and_esc_cancels(
+async def test_a_standing_grant_by_key_waits_for_y_and_esc_cancels(
     autojump_clock: trio.abc.Clock,
 ) -> None:
     async with controlled(question("q1", THREE), question("q2", THREE)) as ui:
         await trio.sleep(0.5)
         await ui.press(key("2"))
         assert ui.answers() == []
-        assert "Confirm: Always allow (a standing grant)?" in ui.out.getvalue()
+        assert "Confirm: Always allow (a standing grant)? y confirms" in ui.out.getvalue()
         await trio.sleep(0.1)
-        await ui.press(Key("enter", at=trio.current_time()))
+        await ui.press(Key("enter", at=trio.current_time()))  # not Enter: it goes back
+        assert ui.answers() == []
+        assert "not confirmed: nothing answered, the card still asks" in ui.out.getvalue()
+        await trio.sleep(1)  # (the same digit again at once is its auto-repeat)
+        await ui.press(key("2"), Key("char", "y", at=trio.current_time(), burst=True))
+        assert ui.answers() == []  # read with the digit: not a second look
+        assert "read the confirmation first: the next y confirms it" in ui.out.getvalue()
+        await trio.sleep(0.1)
+        await ui.press(key("y"))
         assert ui.answers() == [("q1", {"outcome": "selected", "optionId": "always"})]
         ui.approver.receive(Resolved("q1", "selected", "always", "term"))
         await trio.sleep(0.5)
@@ -610,3 +694,635 @@ async def test_a_held_key_that_answered_one_card_never_answers_the_next(
             await trio.sleep(1 / 30)
             await ui.press(key("1"))
         assert len(ui.answers()) == 1
+
+
+# ------------------------------------------ editor rules, reasons and batches, end to end
+
+
+@dataclass
+class Places:
+    """A test's folders: the workspace, and the state folder outside it."""
+
+    workspace: Path
+    state: Path
+
+    @property
+    def rules_file(self) -> Path:
+        return self.state / RULES_NAME
+
+
+@pytest.fixture
+def places(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Places:
+    """Folders of the test's own; the server it starts reads and writes rules only there
+    (its XDG folders too: a person's own rules would change what a test sees)."""
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))
+    return Places(workspace, tmp_path / "state")
+
+
+class Tab:
+    """Another view (a browser tab's part): it starts sessions and prompts, and reads
+    the agent's turns; messages are taken by what they say, the rest kept."""
+
+    def __init__(self, ws: WebSocketConnection) -> None:
+        self.ws = ws
+        self.backlog: list[dict[str, Any]] = []
+
+    async def take(self, wanted: dict[str, Any]) -> dict[str, Any]:
+        for index, message in enumerate(self.backlog):
+            if all(message.get(k) == v for k, v in wanted.items()):
+                return self.backlog.pop(index)
+        while True:
+            message = await next_message(self.ws)
+            if all(message.get(k) == v for k, v in wanted.items()):
+                return message
+            self.backlog.append(message)
+
+    async def question(self, title: str) -> dict[str, Any]:
+        """The question titled ``title`` (those asked before it are left out)."""
+        while True:
+            question: dict[str, Any] = (await self.take({"type": "requested"}))["question"]
+            if question["title"] == title:
+                return question
+
+    async def first_session(self) -> str:
+        await opened(self.ws, "tab")
+        await send(self.ws, {"type": "list_sessions"})
+        session_id: str = (await self.take({"type": "sessions"}))["sessions"][0]["sessionId"]
+        return session_id
+
+    async def new_session(self) -> str:
+        await send(self.ws, {"type": "new_session"})
+        created = await self.take({"type": "session_event", "event": "created", "view": "tab"})
+        session_id: str = created["sessionId"]
+        return session_id
+
+    async def prompt(self, session_id: str, text: str) -> None:
+        await send(self.ws, {"type": "prompt", "sessionId": session_id, "text": text})
+
+    async def turn(self, session_id: str) -> str:
+        """The session's text until its turn ends."""
+        text = ""
+        while True:
+            message = await self.take({"type": "session_event", "sessionId": session_id})
+            if message["event"] == "message":
+                text += message["text"]
+            elif message["event"] == "turn_ended":
+                return text
+
+
+@asynccontextmanager
+async def served_with_tab(places: Places) -> AsyncIterator[tuple[Approving, Tab, str]]:
+    """``simhost serve`` (the reference runtime) with rules kept in the test's state
+    folder; ``simhost approve`` on it, answering with lines; a tab; the first session."""
+    async with (
+        served(places.workspace, "--state-dir", str(places.state)) as server,
+        view(server.authority, server.token) as ws,
+        approving(server.authority, server.token) as approver,
+    ):
+        tab = Tab(ws)
+        session_id = await tab.first_session()
+        await approver.out.wait_for("0 questions pending")
+        yield approver, tab, session_id
+
+
+GIT_STATUS = "allow `git status …` in this workspace, until revoked"
+
+
+async def test_a_card_offers_editor_rules_and_one_saved_answers_it_and_later_questions(
+    places: Places,
+) -> None:
+    async with served_with_tab(places) as (approver, tab, s1):
+        await tab.prompt(s1, "run git status")
+        await approver.out.wait_for("a-b (an editor rule)")  # (the card, then its rules)
+        assert "Editor rules (kept by the editor; /rules lists them)" in approver.text
+        assert f"a  Always {GIT_STATUS}" in approver.text
+        assert "b  Always deny `git status …` in this workspace, until revoked" in approver.text
+        assert not places.rules_file.exists()
+        await approver.answer("a")  # a line: saved at once
+        await approver.out.wait_for("✓ answered by rule 1: Allow  allow_once · local_shell: git")
+        await approver.out.wait_for("⚖ rule 1 allowed · local_shell: git status · Session 1 (")
+        assert "exit code" in await tab.turn(s1)
+        (saved,), errors = load_rules(places.rules_file)
+        assert errors == [] and saved.command == ("git", "status")
+
+        # Later questions the rule covers never come up: a receipt each, no card.
+        for count, prompt in enumerate(("run git status", "run git status --short"), 2):
+            await tab.prompt(s1, prompt)
+            assert "exit code" in await tab.turn(s1)
+            await approver.out.wait_for("⚖ rule 1 allowed · local_shell: git status", count)
+        assert approver.text.count("Permission request") == 1
+
+        # One it does not cover is asked, with its own rules.
+        await tab.prompt(s1, "run git push")
+        await approver.out.wait_for("a  Always allow `git push …` in this workspace")
+        await approver.out.wait_for("a-b (an editor rule)", count=2)
+        await approver.answer("e")  # no such rule: nothing happens
+        await approver.out.wait_for("answer 1-4, a-b (an editor rule), or c (cancelled): got 'e'")
+        await approver.answer("b")  # Always deny: saved, and it answers the card
+        await approver.out.wait_for("⚖ rule 2 denied · local_shell: git push")
+        assert "denied" in await tab.turn(s1)
+
+
+async def test_a_denial_s_reason_reaches_the_agent_and_an_allow_takes_none(
+    places: Places,
+) -> None:
+    async with served_with_tab(places) as (approver, tab, s1):
+        await tab.prompt(s1, "run git push")
+        await approver.out.wait_for("Answer with a line: 1-4 (a deny option may be followed")
+        await approver.out.wait_for("(an editor rule)")
+        await approver.answer("1 looks fine")  # Allow: a reason goes only with a denial
+        await approver.out.wait_for("a reason goes only with a deny option: nothing answered")
+        await approver.answer("3   not before review ")
+        await approver.out.wait_for("→ Deny  reject_once · local_shell: git push · Session 1 (")
+        await approver.out.wait_for(") · reason: not before review")
+        text = await tab.turn(s1)
+        assert "the editor denied it, saying: not before review" in text, text
+
+        # Another view's denial, with its reason: the notice says it.
+        await tab.prompt(s1, "run make")
+        question = await tab.question("local_shell: make")
+        await approver.out.wait_for("local_shell: make")
+        await send(
+            tab.ws,
+            {
+                "type": "answer",
+                "questionId": question["questionId"],
+                "sessionId": s1,
+                "decision": {"outcome": "selected", "optionId": "deny"},
+                "reason": "no builds today",
+            },
+        )
+        await approver.out.wait_for("✓ answered by tab: Deny  reject_once · local_shell: make")
+        await approver.out.wait_for("· reason: no builds today")
+        assert "saying: no builds today" in await tab.turn(s1)
+
+
+async def test_rules_lists_them_and_rules_rm_revokes_one_listing_them_first_if_none_was(
+    places: Places,
+) -> None:
+    async with served_with_tab(places) as (approver, tab, s1):
+        for count, prompt in enumerate(("run git status", "run echo hi"), 1):
+            await tab.prompt(s1, prompt)
+            await approver.out.wait_for("a-b (an editor rule)", count)
+            await approver.answer("a")
+            await approver.out.wait_for(f"⚖ rule {count} allowed")
+            assert "exit code" in await tab.turn(s1)
+        (_, echo), _ = load_rules(places.rules_file)
+
+        # No list was shown yet: it is listed first, then rule 2 of it is revoked.
+        await approver.answer("/rules rm 2")
+        await approver.out.wait_for("rule 2 revoked: allow `echo hi …` in this workspace")
+        listing = approver.text.rpartition("editor rules (a deny rule beats an allow rule)")[2]
+        assert "kept in" in listing and "rules.toml" in listing
+        assert "│ 1 │ allow `git status …`" in listing and "│ 2 │ allow `echo hi …`" in listing
+        assert listing.index("│ 2 │") < listing.index("rule 2 revoked")
+        (kept,), _ = load_rules(places.rules_file)
+        assert kept.command == ("git", "status") and echo.command == ("echo", "hi")
+
+        await approver.answer("/rules")
+        await approver.out.wait_for("editor rules (a deny rule beats an allow rule)", count=2)
+        last = approver.text.rpartition("editor rules (a deny rule beats")[2]
+        assert "│ 1 │ allow `git status …`" in last and "echo" not in last
+        await approver.answer("/rules rm 2")  # not in the last list
+        await approver.out.wait_for("there is no rule 2 in the last list: /rules lists them")
+        await approver.answer("/rules rm 1")
+        await approver.out.wait_for(f"rule 1 revoked: {GIT_STATUS}")
+        assert load_rules(places.rules_file) == ([], [])
+        await approver.answer("/rules")
+        await approver.out.wait_for("no editor rules yet: a card's a-d keys save one")
+        await approver.answer("/rules rm 1")  # (the last list has none)
+        await approver.out.wait_for("there is no rule 1 in the last list")
+
+        # Revoked: git status asks again.
+        await tab.prompt(s1, "run git status")
+        await approver.out.wait_for("a-b (an editor rule)", count=3)
+        await approver.answer("c")
+        await approver.out.wait_for("→ cancelled · local_shell: git status")
+        assert "denied" in await tab.turn(s1)
+
+
+async def test_allow_all_and_deny_all_list_the_card_s_session_then_answer_what_they_listed(
+    places: Places,
+) -> None:
+    async with served_with_tab(places) as (approver, tab, s1):
+        s2 = await tab.new_session()
+        await tab.prompt(s1, "burst 2")
+        await approver.out.wait_for("Permission request")
+        await tab.prompt(s2, "burst 3")
+        await approver.out.wait_for("⧗ 4 approvals waiting")
+        up = approver.text.rpartition("Permission request")[2]
+        assert "Session 1 (" in up.partition("Tool")[0]  # s1's card is up: its session's
+
+        await approver.answer("/allow-all edits")
+        await approver.out.wait_for("Answer them? y/N")
+        listed = approver.text.rpartition("/allow-all edits will answer")[2]
+        assert listed.startswith(" 2 questions in Session 1 (")
+        assert listed.count("fs.write: burst-") == 2 and listed.count("→ Allow") == 2
+        await approver.answer("y")
+        await approver.out.wait_for("/allow-all edits: 2 answered")
+        assert "burst 2: 2 completed, 0 denied" in await tab.turn(s1)
+        await approver.out.wait_for("✓ answered by batch allow-all edits (term): Allow", 2)
+
+        # Session 2's card is up now; a no answers nothing.
+        await approver.answer("/deny-all burst-*.txt")
+        await approver.out.wait_for("Answer them? y/N", count=2)
+        listed = approver.text.rpartition("/deny-all burst-*.txt will answer")[2]
+        assert listed.startswith(" 3 questions in Session 2 (")
+        await approver.answer("n")
+        await approver.out.wait_for("/deny-all burst-*.txt: nothing answered")
+        await approver.answer("/deny-all reads")
+        await approver.out.wait_for("/deny-all reads: no pending question of Session 2 (")
+        await approver.answer("/deny-all burst-*.txt")
+        await approver.out.wait_for("Answer them? y/N", count=3)
+        await approver.answer("yes")
+        await approver.out.wait_for("/deny-all burst-*.txt: 3 answered")
+        assert "burst 3: 0 completed, 3 denied" in await tab.turn(s2)
+        await approver.answer("/allow-all edits")  # no card is up: no session to name
+        await approver.out.wait_for(
+            "no card is up: /allow-all answers questions of the session whose card is up"
+        )
+    assert sorted(path.name for path in places.workspace.glob("burst-*")) == [
+        "burst-1.txt",
+        "burst-2.txt",
+    ]
+
+
+async def _reply(peer: FakePeer, method: str, result: Any) -> None:
+    with trio.fail_after(WAIT_S):
+        request = await peer.receive()
+    assert request.get("method") == method, request
+    await peer.send({"jsonrpc": "2.0", "id": request["id"], "result": result})
+
+
+@asynccontextmanager
+async def hosted(places: Places) -> AsyncIterator[tuple[FakePeer, str]]:
+    """What ``simhost serve`` wires, in this process, on a scripted ACP agent with one
+    session (``s1``): the agent, and the server's ``host:port``."""
+    async with connected("acp") as (client, peer), trio.open_nursery() as nursery:
+        relay = Relay()
+        rulebook, audit, warnings = open_rules(places.workspace.resolve(), places.state)
+        assert warnings == []
+        backend = AcpBackend(client, places.workspace.resolve())
+        host = ServeHost(client, backend, relay, rulebook=rulebook, audit=audit)
+        await nursery.start(host.run)
+        nursery.start_soon(host.new_session)
+        await _reply(peer, "session/new", {"sessionId": "s1"})
+        while not host.sessions:
+            await trio.testing.wait_all_tasks_blocked()
+        stop = trio.Event()
+        authority = await nursery.start(
+            functools.partial(serve_relay, sessions=host),
+            relay,
+            Gate(TOKEN),
+            "127.0.0.1",
+            0,
+            stop.wait,
+        )
+        try:
+            yield peer, authority
+        finally:
+            relay.close()
+            stop.set()
+            nursery.cancel_scope.cancel()
+
+
+async def test_a_batch_answers_exactly_the_questions_it_listed(places: Places) -> None:
+    workspace = places.workspace.resolve()
+
+    async def read(peer: FakePeer, call: str, path: str) -> Any:
+        tool_call = {
+            "toolCallId": call,
+            "title": f"fs.read: {path}",
+            "kind": "read",
+            "status": "pending",
+            "locations": [{"path": str(workspace / path)}],
+        }
+        params = {"sessionId": "s1", "toolCall": tool_call, "options": allow_deny()}
+        return await peer.request("session/request_permission", params)
+
+    async with hosted(places) as (peer, authority), approving(authority) as approver:
+        await approver.out.wait_for("0 questions pending")
+        first = await read(peer, "r1", "a.txt")
+        second = await read(peer, "r2", "b.txt")
+        await peer.ask_permission("s1", "x1")  # (not a read)
+        await approver.out.wait_for("⧗ 2 approvals waiting")
+        await approver.answer("/allow-all reads")
+        await approver.out.wait_for("Answer them? y/N")
+        listed = approver.text.rpartition("/allow-all reads will answer")[2]
+        assert listed.startswith(" 2 questions in (s1):\n  #1 fs.read: a.txt → Allow\n  #2 fs")
+        later = await read(peer, "r3", "c.txt")  # asked after the list was shown
+        await approver.out.wait_for("⧗ 3 approvals waiting")
+        await approver.answer("y")
+        await approver.out.wait_for("/allow-all reads: 2 answered")
+        with trio.fail_after(WAIT_S):
+            answers = {(m := await peer.receive())["id"]: m["result"] for _ in range(2)}
+        assert answers == {first: selected("allow"), second: selected("allow")}
+        await approver.out.wait_for("Permission request  1 of 2")  # x1, and r3 still asks
+        await approver.answer("2 not that one")  # x1: denied, with a reason
+        await approver.out.wait_for("→ Deny  reject_once · run x1 · (s1) · reason: not that one")
+        message = await peer.receive()
+        assert message["result"]["outcome"]["_meta"] == {"permclient/reason": "not that one"}
+        await approver.out.wait_for("fs.read: c.txt", count=2)
+        await approver.answer("1")
+        assert await peer.receive() == {"jsonrpc": "2.0", "id": later, "result": selected("allow")}
+    assert [(r["toolCall"], r["by"]) for r in _audit(places)] == [
+        ("r1", "batch"),
+        ("r2", "batch"),
+        ("x1", "person"),
+        ("r3", "person"),
+    ]
+
+
+def _audit(places: Places) -> list[dict[str, Any]]:
+    path = places.state / AUDIT_NAME
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+# ------------------------------------------- the controller: rules, reasons and commands
+
+
+def sent_of(ui: Controlled, kind: type[Any]) -> list[Any]:
+    return [message for message in ui.sent if isinstance(message, kind)]
+
+
+async def type_line(ui: Controlled, text: str) -> None:
+    """Type ``text`` key by key (each read alone), then Enter."""
+    for char in text:
+        await ui.press(key(char))
+    await ui.press(Key("enter", at=trio.current_time()))
+
+
+ALLOW_X = "Always allow `x …` in this workspace, until revoked"
+DENY_X = "Always deny `x …` in this workspace, until revoked"
+
+
+async def test_an_editor_rule_picked_by_key_shows_its_whole_label_and_waits_for_y(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    async with controlled(question("q1", THREE), question("q2", THREE)) as ui:
+        offers = [RuleOffer(0, "allow", ALLOW_X), RuleOffer(1, "deny", DENY_X)]
+        ui.approver.receive(RuleOffers("q1", offers))
+        # A plain screen drew the card before its rules came: they are said below it.
+        heading = "Editor rules (kept by the editor; /rules lists them):"
+        assert f"{heading}\n a  {ALLOW_X}\n b  {DENY_X}\n" in ui.out.getvalue()
+        ui.approver.receive(RuleOffers("q9", offers))  # (a question not here: nothing)
+        await trio.sleep(0.5)
+        await ui.press(key("c"))  # no third rule: not a key of this card
+        assert ui.hint.startswith("Press 1-3 to choose · a-b saves a rule · Esc answers")
+        await ui.press(key("b"))
+        assert f"Save editor rule: {DENY_X}? y saves it (it answers this card)" in (
+            ui.out.getvalue()
+        )
+        await ui.press(Key("enter", at=trio.current_time()))  # not Enter: back
+        assert sent_of(ui, SaveRule) == []
+        await trio.sleep(1)
+        await ui.press(key("b"))
+        await trio.sleep(0.1)
+        await ui.press(key("y"))
+        assert sent_of(ui, SaveRule) == [SaveRule("q1", "s1", 1)]
+        await trio.sleep(1)
+        await ui.press(key("1"))  # in flight: the card takes no other answer
+        assert ui.answers() == []
+        # The server says why not: the card asks again (after a fresh look).
+        ui.approver.receive(Error("the rule was not saved: No space left on device"))
+        text = ui.out.getvalue()
+        assert "the server: the rule was not saved: No space left on device" in text
+        assert "the card asks again · run call-q1 · (s1)" in text
+        await trio.sleep(0.5)
+        await ui.press(key("a"))
+        await trio.sleep(0.1)
+        await ui.press(key("y"))
+        assert sent_of(ui, SaveRule)[1:] == [SaveRule("q1", "s1", 0)]
+        ui.approver.receive(Resolved("q1", "selected", "allow", "rule 1"))
+        rule = ALLOW_X.removeprefix("Always ")
+        ui.approver.receive(RuleReceipt("s1", "call-q1", "run call-q1", 1, rule, "allowed", "q1"))
+        ui.approver.receive(RuleReceipt("s1", "call-q7", "run\x1b[2J", 1, rule, "denied"))
+        text = ui.out.getvalue()
+        assert "✓ answered by rule 1: Allow  allow_once · run call-q1 · (s1)" in text
+        assert f"⚖ rule 1 allowed · run call-q1 · (s1) · {rule}" in text
+        assert "⚖ rule 1 denied · run\\x1b[2J · (s1) · " in text
+        assert ui.approver.shown is not None and "q2" in ui.approver.shown.tool_title
+
+
+async def test_a_deny_option_picked_by_key_takes_a_reason_enter_sends_it_esc_goes_back(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    async with controlled(question("q1", THREE), question("q2", THREE)) as ui:
+        await trio.sleep(0.5)
+        await ui.press(key("3"))
+        assert "Reason for denying (optional, sent to the agent)" in ui.out.getvalue()
+        for char in "use 2":  # digits too: they are the reason's
+            await ui.press(key(char))
+        assert ui.prompt == "reason > use 2 "
+        assert ui.hint.startswith("Reason for denying (optional, sent to the agent): type it")
+        assert ui.answers() == [] and ui.approver.editor.text == "use 2"
+        await ui.press(Key("esc", at=trio.current_time()))
+        assert "not denied: the card still asks" in ui.out.getvalue()
+        assert ui.answers() == [] and ui.approver.editor.text == ""
+        await trio.sleep(1)
+        await ui.press(key("3"))
+        await ui.press(Key("paste", "not\tnow ", at=trio.current_time()))
+        await ui.press(Key("enter", at=trio.current_time()))
+        (answer,) = sent_of(ui, Answer)
+        assert (answer.question_id, answer.reason) == ("q1", "not\tnow")
+        assert msgspec.to_builtins(answer.decision) == {"outcome": "selected", "optionId": "deny"}
+        ui.approver.receive(Resolved("q1", "selected", "deny", "term", "not now"))
+        assert "→ Deny  reject_once · run call-q1 · (s1) · reason: not now" in ui.out.getvalue()
+        # A card that leaves takes its reason prompt with it.
+        await trio.sleep(1)
+        await ui.press(key("3"), key("x"))
+        ui.approver.receive(Withdrawn("q2", "turn"))
+        assert "the card went before the denial was sent: nothing answered" in ui.out.getvalue()
+        assert ui.approver.editor.text == ""
+
+
+async def test_commands_are_typed_on_a_line_of_their_own_and_list_and_revoke_rules(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    async with controlled(question("q1", THREE)) as ui:
+        await trio.sleep(0.5)
+        await ui.press(key("/"), key("r"), key("1"))  # a digit on the line answers nothing
+        assert ui.answers() == [] and ui.approver.editor.text == "/r1"
+        assert ui.hint.startswith("A command is being typed: Enter runs it, Esc drops it")
+        assert ui.prompt == "command > /r1 "
+        await ui.press(Key("esc", at=trio.current_time()))
+        assert ui.approver.editor.text == "" and ui.answers() == []
+        await type_line(ui, "/rules rm 1")  # no list shown yet: listed first
+        assert sent_of(ui, ListRules) == [ListRules()]
+        rows = [
+            RuleRow(1, "allow", "allow `git status …` in this workspace, until revoked", 2, "/r"),
+            RuleRow(2, "deny", "deny `rm …` in every workspace, until revoked", 0, "memory"),
+        ]
+        ui.approver.receive(Rules(rows))
+        text = ui.out.getvalue()
+        assert "editor rules (a deny rule beats an allow rule)" in text
+        assert "memory (until the session ends)" in text
+        assert sent_of(ui, RevokeRule) == [RevokeRule(1, rows[0].rule)]
+        ui.approver.receive(Rules(rows))  # (sent before the revocation: it still has it)
+        ui.approver.receive(Rules([msgspec.structs.replace(rows[1], number=1)]))
+        assert f"rule 1 revoked: {rows[0].rule}" in ui.out.getvalue()
+        assert ui.out.getvalue().count("editor rules (a deny rule") == 1  # news: not shown
+
+        # The last list shown says rule 2 is the deny rule; the server's news says it is
+        # rule 1 now: nothing is sent, and the list is shown.
+        await type_line(ui, "/rules rm 2")
+        assert "rule 2 changed or is gone since the last list: nothing revoked" in (
+            ui.out.getvalue()
+        )
+        assert len(sent_of(ui, RevokeRule)) == 1
+        # Refused by the server: the list it sends again is shown.
+        renumbered = [msgspec.structs.replace(row, number=3 - row.number) for row in rows]
+        ui.approver.receive(Rules(renumbered[::-1]))  # (news: the git status rule is back)
+        await type_line(ui, "/rules rm 1")
+        assert sent_of(ui, RevokeRule)[1:] == [RevokeRule(1, rows[1].rule)]
+        ui.approver.receive(Error("that rule changed or is gone: the list is sent again"))
+        ui.approver.receive(Rules([]))
+        assert "no editor rules yet: a card's a-d keys save one" in ui.out.getvalue()
+        await type_line(ui, "/rules rm x")
+        await type_line(ui, "/rules edit")
+        await type_line(ui, "/nope")
+        await type_line(ui, "/help")
+        text = ui.out.getvalue()
+        assert "usage: /rules rm N (N from /rules)" in text
+        assert "usage: /rules, /rules rm N" in text
+        assert "no command '/nope': /help lists them" in text
+        assert "/allow-all WHAT" in text and "start a command line" in text
+        assert ui.answers() == []
+
+
+async def test_a_batch_asks_for_the_card_s_session_lists_then_answers_what_it_listed(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    async with controlled(
+        question("q1", THREE), question("q2", THREE, "s2"), question("q3", THREE)
+    ) as ui:
+        await type_line(ui, "/allow-all")
+        assert "usage: /allow-all KIND|GLOB" in ui.out.getvalue()
+        await type_line(ui, "/allow-all executes")
+        assert sent_of(ui, PreviewBatch) == [PreviewBatch("s1", "allow", "executes")]
+        ui.approver.receive(BatchPreview("s1", "deny", "executes", []))  # not the one asked
+        typed_early = Key("char", "y", at=trio.current_time())
+        items = [BatchItem("q3", "run call-q3", "Allow"), BatchItem("q5", "run it", "Allow")]
+        ui.approver.receive(BatchPreview("s1", "allow", "executes", items))
+        text = ui.out.getvalue()
+        assert (
+            "/allow-all executes will answer 2 questions in (s1):\n"
+            "  #3 run call-q3 → Allow\n  #? run it → Allow\nAnswer them? y/N"
+        ) in text
+        await ui.press(typed_early)  # read before the list was shown: not a yes
+        assert "read the list first: the next y answers them" in ui.out.getvalue()
+        assert ui.prompt == "/allow-all executes: answer the 2 listed? y/N"
+        await trio.sleep(0.1)
+        await ui.press(key("y"))
+        assert sent_of(ui, AnswerBatch) == [AnswerBatch("s1", "allow", "executes", ["q3", "q5"])]
+        ui.approver.receive(BatchAnswered("s1", "executes", 1))
+        assert "/allow-all executes: 1 answered" in ui.out.getvalue()
+        await type_line(ui, "/deny-all executes")
+        ui.approver.receive(BatchPreview("s1", "deny", "executes", items[:1]))
+        await ui.press(key("n"))
+        assert "/deny-all executes: nothing answered" in ui.out.getvalue()
+        await type_line(ui, "/deny-all reads")
+        ui.approver.receive(BatchPreview("s1", "deny", "reads", []))
+        assert "/deny-all reads: no pending question of (s1)" in ui.out.getvalue()
+        assert len(sent_of(ui, AnswerBatch)) == 1 and ui.answers() == []
+
+
+async def test_lines_wait_a_moment_for_a_card_s_editor_rules(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    console, out = watched_console()
+    approver = Approver(PlainScreen(console), "term", input_mode="lines", arm_delay=0)
+    _, receive = trio.open_memory_channel[InputEvent](16)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(approver.run, receive)
+        await trio.testing.wait_all_tasks_blocked()
+        approver.opened(lambda message: True, "host:1", [question("q1", THREE)])
+        start = trio.current_time()
+        await approver.wait_ready()  # no rules came: a quarter of a second
+        assert trio.current_time() - start == pytest.approx(OFFERS_WAIT_S)
+        approver.receive(Requested(question("q2", THREE)))
+        approver.receive(Resolved("q1", "selected", "allow", "tab"))
+        start = trio.current_time()
+        with trio.move_on_after(0.1):
+            await approver.wait_ready()
+        assert trio.current_time() - start == pytest.approx(0.1)  # (still waiting)
+        approver.receive(RuleOffers("q2", [RuleOffer(0, "allow", ALLOW_X)]))
+        await approver.wait_ready()  # at once
+        assert trio.current_time() - start == pytest.approx(0.1)
+        assert "Answer with a line: 1-3 (a deny option may be followed by a reason), a (an" in (
+            out.getvalue()
+        )
+        approver.quit(0)
+
+
+# ------------------------------------------------------------------ in a terminal
+
+
+STYLE = r"(?:\x1b\[[0-9;]*m)*"  # (Rich's style codes, between differently styled parts)
+ARMED = "Press 1-4 to choose" + STYLE + " · a-b saves a rule"
+
+
+def _prompted(url: str, text: str) -> None:
+    """Prompt the server's first session with ``text``, as another view would (until
+    its turn has started)."""
+    parts = urlsplit(url)
+    token = parse_qs(parts.query)["token"][0]
+
+    async def prompt() -> None:
+        async with view(parts.netloc, token) as ws:
+            tab = Tab(ws)
+            session_id = await tab.first_session()
+            await tab.prompt(session_id, text)
+            await tab.take({"type": "session_event", "event": "turn_started"})
+
+    trio.run(prompt)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="needs a POSIX pseudo-terminal")
+def test_at_a_terminal_rules_reasons_and_commands_take_their_keys(places: Places) -> None:
+    with served_sync(places.workspace, "--state-dir", str(places.state)) as (url, _):
+        env = {**os.environ, "TERM": "xterm-256color"}
+        child = pexpect.spawn(
+            sys.executable,
+            ["-m", "simhost", "approve", url, "--name", "pty"],
+            env=env,
+            dimensions=(60, 160),
+            encoding="utf-8",
+            codec_errors="replace",
+            timeout=WAIT_S * 3,
+        )
+        try:
+            child.expect("0 questions pending")
+            _prompted(url, "run git status")
+            child.expect(ARMED)
+            child.send("a")
+            child.expect("Save editor rule: ")
+            child.expect("allow `git status …` in this workspace, until revoked")
+            child.expect("y saves it")
+            child.send("y")
+            child.expect("rule 1 allowed")
+
+            _prompted(url, "run git push")
+            child.expect(ARMED)
+            child.send("3")  # Deny: the prompt takes a reason
+            child.expect("Reason for denying")
+            child.send("not today\r")
+            child.expect("reason: not today")
+
+            child.send("/rules\r")
+            child.expect("kept in")
+            child.send("/rules rm 1\r")
+            child.expect("rule 1 revoked")
+            child.send("\x03")
+            child.expect(pexpect.EOF)
+        finally:
+            child.close(force=True)
+        assert child.exitstatus == 0, child.signalstatus
+    records = [json.loads(line) for line in (places.state / AUDIT_NAME).read_text().splitlines()]
+    assert [(r["command"], r["outcome"], r["by"], r.get("reason")) for r in records] == [
+        ("git status", "allowed", "rule", None),
+        ("git push", "denied", "person", "not today"),
+    ]

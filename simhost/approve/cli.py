@@ -55,14 +55,28 @@ def approve_command(
 
     Connects to the server's WebSocket as a view named --name and shows every
     pending question (those asked before it connected too) as the same permission
-    card as simhost chat, oldest first, with its session. A number key picks an
-    option once the card has been up for half a second (an allow_always option then
-    waits for Enter); Esc answers cancelled; v prints the whole card. With stdin not
-    a terminal, each line answers the card that is up: a number, or c or an empty
-    line (cancelled). A card leaves when the server says its question ended:
-    answered here or by another view (named), or withdrawn (with the reason); a
-    refused answer leaves it up. A dropped connection is made again (after 0.5 s,
-    doubling up to 5 s), and the server's replay replaces the cards.
+    card as simhost chat, oldest first, with its session and the editor rules the
+    server offers for it (a-d). A number key picks an option once the card has been
+    up for half a second: an allow_always option then waits for y, a deny option
+    for a reason (type it, Enter sends the denial, Esc goes back). A letter shows
+    its editor rule whole, and y saves it: it answers the card and every pending
+    question it covers, and later ones as they come. Esc answers cancelled; v
+    prints the whole card; / starts a command. With stdin not a terminal, each line
+    answers the card that is up: a number (a deny option's may be followed by a
+    reason: 3 not now), a rule's letter (saved at once), or c or an empty line
+    (cancelled); a line that starts with / is a command.
+
+    Commands: /rules lists the server's editor rules; /rules rm N revokes rule N of
+    the last list (listed first if none was shown); /allow-all WHAT and /deny-all
+    WHAT list the pending questions of the session whose card is up (there is no
+    current session here) that a tool kind (reads) or a path glob (src/**) covers,
+    then answer exactly those on y; /help. A question a rule answers prints a
+    receipt naming the rule.
+
+    A card leaves when the server says its question ended: answered here or by
+    another view or a rule (named, with a denial's reason), or withdrawn (with the
+    reason); a refused answer leaves it up. A dropped connection is made again
+    (after 0.5 s, doubling up to 5 s), and the server's replay replaces the cards.
 
     Exit code: 0 after Ctrl-C, the end of input or SIGTERM; 1 if the server refuses
     this view (HTTP 403: a wrong token) or cannot be reached at first; 2 for a usage

@@ -55,7 +55,7 @@ FIRST_RETRY_S: Final = 0.5
 LAST_RETRY_S: Final = 5.0
 # A question carries the agent's request, up to a frame of permclient's, and its summary.
 MAX_SERVER_MESSAGE: Final = DEFAULT_MAX_FRAME_SIZE + 1024 * 1024
-_OUTBOX: Final = 16  # at most one answer is in flight, and list_sessions
+_OUTBOX: Final = 64  # an answer or a rule in flight, list_sessions, and commands typed fast
 _FORBIDDEN: Final = 403
 
 _decoder: Final = msgspec.json.Decoder(ServerMessage)
@@ -81,9 +81,9 @@ async def keep_connected(target: Target, view: str, approver: Approver) -> str:
                 connect_timeout=CONNECT_WAIT_S,
                 disconnect_timeout=CLOSE_WAIT_S,
             ) as ws:
-                replay = await _open(ws, view)
+                replay, meanwhile = await _open(ws, view)
                 was_open, retry_in = True, FIRST_RETRY_S
-                why = await _follow(ws, target, approver, replay)
+                why = await _follow(ws, target, approver, replay, meanwhile)
         except ConnectionRejected as exc:
             if exc.status_code == _FORBIDDEN:
                 return (
@@ -110,17 +110,23 @@ async def keep_connected(target: Target, view: str, approver: Approver) -> str:
         retry_in = min(retry_in * 2, LAST_RETRY_S)
 
 
-async def _open(ws: WebSocketConnection, view: str) -> list[RelayQuestion]:
-    """Open the view; the questions of the replay."""
+async def _open(
+    ws: WebSocketConnection, view: str
+) -> tuple[list[RelayQuestion], list[ServerMessage]]:
+    """Open the view; the questions of the replay, and the other messages that came
+    meanwhile (the server's news travels apart from the questions: a rule's receipt)."""
     with trio.fail_after(SEND_WAIT_S):
         await ws.send_message(_encoder.encode(Open(view=view)).decode())
     if not isinstance(await _next(ws), Opened):
         raise _ServerBroke("the server did not open the view")
     replay = []
+    meanwhile: list[ServerMessage] = []
     while not isinstance(message := await _next(ws), Replayed):
         if isinstance(message, Requested):
             replay.append(message.question)
-    return replay
+        else:
+            meanwhile.append(message)
+    return replay, meanwhile
 
 
 async def _next(ws: WebSocketConnection) -> ServerMessage:
@@ -133,7 +139,11 @@ async def _next(ws: WebSocketConnection) -> ServerMessage:
 
 
 async def _follow(
-    ws: WebSocketConnection, target: Target, approver: Approver, replay: list[RelayQuestion]
+    ws: WebSocketConnection,
+    target: Target,
+    approver: Approver,
+    replay: list[RelayQuestion],
+    meanwhile: list[ServerMessage],
 ) -> str:
     """Feed the approver until the connection ends; returns why it ended."""
     outbox, to_send = trio.open_memory_channel[ViewMessage](_OUTBOX)
@@ -148,6 +158,8 @@ async def _follow(
             return True
 
         approver.opened(send, target.authority, replay)
+        for message in meanwhile:
+            approver.receive(message)
         send(ListSessions())
         async with trio.open_nursery() as nursery:
 

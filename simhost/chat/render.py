@@ -8,7 +8,7 @@ where a line break is theirs to make, a history entry) and are never parsed as m
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from rich.console import Group, RenderableType
 from rich.panel import Panel
@@ -27,22 +27,29 @@ from .protocol import (
     SessionHistory,
     SessionSummary,
 )
-from .text import compact_json, one_line, visible
+from .text import compact_json, escaped, one_line, visible
 
 __all__ = [
     "GLYPHS",
+    "ListedRule",
     "banner",
+    "batch_items",
+    "batch_list",
     "busy_line",
     "decision_note",
     "help_table",
     "history_view",
     "permissions_view",
     "prompt_line",
+    "receipt_line",
+    "rule_list",
+    "rules_table",
     "sessions_table",
     "tool_line",
     "waiting_marker",
 ]
 
+RECEIPT_RULE_CHARS: Final = 120  # of a rule's words on a receipt line
 GLYPHS: Final = {"pending": "○", "in_progress": "◐", "completed": "✓", "failed": "✗"}
 _GLYPH_STYLES: Final = {
     "pending": "dim",
@@ -69,7 +76,7 @@ COMMANDS: Final[Sequence[tuple[str, str]]] = (
     ("/wait", "wait until a card is up or no turn runs (for scripts)"),
     ("/rules", "list the editor rules: scope, lifetime, how many questions each answered"),
     ("/rules rm N", "revoke rule N (saved at once)"),
-    ("/rules edit", "where the rules files are; /rules reload reads them again"),
+    ("/rules edit", "open the rules file in $VISUAL/$EDITOR; /rules reload reads it again"),
     ("/allow-all WHAT", "answer this session's pending questions of a kind (reads) or a path"),
     ("/deny-all WHAT", "glob (src/**): lists them, then asks y/N; runs during a turn too"),
     ("/help", "this help"),
@@ -241,15 +248,17 @@ def permissions_view(session_id: str, title: str | None, result: PermissionsResu
     return table
 
 
-def help_table() -> Table:
-    """Commands and keys."""
+def help_table(
+    commands: Sequence[tuple[str, str]] = COMMANDS, keys: Sequence[tuple[str, str]] = KEYS
+) -> Table:
+    """Commands and keys (the chat's, unless others are given: ``simhost approve``'s)."""
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold cyan", no_wrap=True)
     table.add_column()
-    for name, text in COMMANDS:
+    for name, text in commands:
         table.add_row(name, text)
     table.add_row("", "")
-    for name, text in KEYS:
+    for name, text in keys:
         table.add_row(name, text)
     return table
 
@@ -321,43 +330,94 @@ def busy_line(what: str, typed: str) -> Text:
     return line
 
 
-def rules_table(book: RuleBook) -> Table | Text:
-    """``/rules``: every rule, numbered, with its scope, lifetime, hits and file."""
-    engine = book.engine
-    if not engine.rules:
-        return Text(
-            "no editor rules yet: a card's a-d keys save one; "
-            f"files: {book.workspace_file}, {book.user_file}",
-            style="dim",
-        )
+class ListedRule(NamedTuple):
+    """One row of a rules list: what :func:`rule_list` shows of a rule."""
+
+    number: int
+    effect: str  # "allow" or "deny"
+    rule: str  # its words (``describe``)
+    hits: int  # questions it answered
+    kept_in: str | None  # its file, or None: kept in memory
+
+
+def rule_list(rows: Sequence[ListedRule], *, empty: str) -> Table | Text:
+    """The rules, numbered, with what each matches, its hits and where it is kept; or
+    ``empty`` when there are none. Shared by ``simhost chat`` and ``simhost approve``."""
+    if not rows:
+        return Text(empty, style="dim")
     table = Table(title="editor rules (a deny rule beats an allow rule)", title_justify="left")
     for name in ("#", "rule", "answered", "kept in"):
         table.add_column(name, overflow="fold")
-    for number, rule in enumerate(engine.rules, 1):
-        where = book.file_of(rule)
+    for row in rows:
         table.add_row(
-            str(number),
-            Text(
-                visible(rule.describe(engine.workspace)),
-                style="green" if rule.effect == "allow" else "red",
-            ),
-            str(engine.hits(rule)),
-            visible(str(where)) if where else "memory (until the session ends)",
+            str(row.number),
+            Text(visible(row.rule), style="green" if row.effect == "allow" else "red"),
+            str(row.hits),
+            visible(row.kept_in) if row.kept_in else "memory (until the session ends)",
         )
     return table
 
 
-def batch_list(command: str, what: str, answers: Sequence[tuple[Approval, Selected]]) -> Text:
-    """What ``/allow-all`` or ``/deny-all`` will answer, and the question it asks."""
-    count = len(answers)
+def rules_table(book: RuleBook) -> Table | Text:
+    """``/rules``: every rule, numbered, with its scope, lifetime, hits and file."""
+    engine = book.engine
+    rows = []
+    for number, rule in enumerate(engine.rules, 1):
+        where = book.file_of(rule)
+        rows.append(
+            ListedRule(
+                number,
+                rule.effect,
+                rule.describe(engine.workspace),
+                engine.hits(rule),
+                str(where) if where else None,
+            )
+        )
+    return rule_list(
+        rows,
+        empty="no editor rules yet: a card's a-d keys save one; "
+        f"files: {book.workspace_file}, {book.user_file}",
+    )
+
+
+def batch_items(
+    command: str, what: str, items: Sequence[tuple[str, str, str]], *, where: str | None = None
+) -> Text:
+    """What ``/allow-all`` or ``/deny-all`` will answer, and the question it asks: each
+    item is (a tag such as ``#3``, the tool call's title, the option's name);
+    ``where`` names the session, if the command does not say it."""
+    count = len(items)
     text = Text(
-        f"{command} {one_line(what)} will answer {count} question{'s' if count != 1 else ''}:\n",
+        f"{command} {one_line(what)} will answer {count} question{'s' if count != 1 else ''}"
+        + (f" in {where}" if where else "")
+        + ":\n",
         style="bold",
     )
-    for approval, decision in answers:
-        option = approval.request.option(decision.option_id)
-        name = one_line(option.name) if option is not None else "?"
-        text.append(f"  #{approval.seq} {one_line(approval.tool_title)}", style="")
-        text.append(f" → {name}\n", style="dim")
+    for tag, title, name in items:
+        text.append(f"  {tag} {one_line(title)}", style="")
+        text.append(f" → {one_line(name)}\n", style="dim")
     text.append("Answer them? y/N", style="bold yellow")
     return text
+
+
+def batch_list(command: str, what: str, answers: Sequence[tuple[Approval, Selected]]) -> Text:
+    """What ``/allow-all`` or ``/deny-all`` will answer, and the question it asks."""
+    items = []
+    for approval, decision in answers:
+        option = approval.request.option(decision.option_id)
+        name = option.name if option is not None else "?"
+        items.append((f"#{approval.seq}", approval.tool_title, name))
+    return batch_items(command, what, items)
+
+
+def receipt_line(number: int, allowed: bool, title: str, where: str, rule: str) -> Text:
+    """``⚖ rule 1 allowed · <tool> · <session> · <the rule>``: an editor rule answered
+    a question (``where``: the session's label, already made safe)."""
+    line = Text(
+        f"⚖ rule {number} {'allowed' if allowed else 'denied'}",
+        style="bold green" if allowed else "bold red",
+    )
+    line.append(f" · {one_line(title)}")
+    line.append(f" · {where} · ", style="dim")
+    line.append_text(escaped(rule, "dim", limit=RECEIPT_RULE_CHARS))
+    return line
