@@ -90,6 +90,7 @@ from .render import (
     history_view,
     permissions_view,
     prompt_line,
+    receipt_line,
     rules_table,
     sessions_table,
     tool_line,
@@ -640,17 +641,12 @@ class ChatApp:
         request = answer.request
         self._flush_partial(request.session_id)
         option = request.option(answer.decision.option_id)
-        verb = "allowed" if option is not None and option.kind.startswith("allow") else "denied"
+        allowed = option is not None and option.kind.startswith("allow")
         workspace = self.rulebook.engine.workspace if self.rulebook is not None else None
         described = answer.rule.describe(workspace)
-        line = Text(
-            f"⚖ rule {answer.number} {verb}",
-            style="bold green" if verb == "allowed" else "bold red",
-        )
-        line.append(f" · {one_line(request.tool_call.title or request.tool_call.tool_call_id)}")
-        line.append(f" · {self._label(request.session_id)} · ", style="dim")
-        line.append_text(escaped(described, "dim", limit=_CONFIRM_CHARS))
-        self.screen.print(line)
+        title = request.tool_call.title or request.tool_call.tool_call_id
+        where = self._label(request.session_id)
+        self.screen.print(receipt_line(answer.number, allowed, title, where, described))
         self._audit(
             request, answer.decision, by="rule", detail=f"rule {answer.number}: {described}"
         )
