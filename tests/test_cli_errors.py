@@ -229,7 +229,9 @@ def test_an_agent_that_cannot_be_started_is_one_line_exit_1(tmp_path: Path) -> N
 
 
 @pytest.mark.parametrize(
-    "command", [[], ["chat"], ["runtime"], ["run"]], ids=["simhost", "chat", "runtime", "run"]
+    "command",
+    [[], ["chat"], ["runtime"], ["run"], ["audit"]],
+    ids=["simhost", "chat", "runtime", "run", "audit"],
 )
 def test_help_is_plain_text_without_type_noise(tmp_path: Path, command: list[str]) -> None:
     result, _ = simhost(tmp_path, *command, "--help")
