@@ -46,6 +46,8 @@ def read_toml(path: Path) -> tuple[str, dict[str, Any]]:
         return text, tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise TomlFileError(*toml_error(str(exc), text)) from None
+    except RecursionError:  # (tomllib recurses into nested arrays and tables)
+        raise TomlFileError("invalid TOML: nested too deep") from None
 
 
 _TOML_AT = re.compile(

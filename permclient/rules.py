@@ -37,7 +37,7 @@ import os
 import posixpath
 import re
 import shlex
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -82,6 +82,18 @@ MAX_REASON: Final = 1000
 _SHELLS: Final = frozenset({"sh", "bash", "zsh", "dash", "ksh", "fish"})
 _MAX_NESTING: Final = 8  # shells within shells read for deny rules
 _CACHED_COMMAND: Final = 1024  # characters: longer commands are split anew each time
+_MAX_COMMAND: Final = 16 * 1024  # characters: a longer command is not read (a person asks)
+_MAX_WORDS: Final = 4096  # of an argv list
+_DENY_SPAN: Final = 64  # words after a deny rule's program in which its other words are sought
+# Options that hand a later word to another program to run, and programs that run one.
+_EXEC_FLAGS: Final = frozenset(
+    ["-exec", "-execdir", "-ok", "-okdir", "--pre", "--exec", "--command", "--run", "-exec-command"]
+)
+_RUNNER_NAMES: Final = (
+    "env sudo doas su xargs eval exec nohup timeout nice setsid parallel busybox"
+    " python python2 python3 perl ruby node nodejs deno bun php lua tclsh osascript"
+)
+_RUNNERS: Final = _SHELLS | frozenset(_RUNNER_NAMES.split())
 _SHELL_SPECIAL: Final = frozenset(";&|<>()$`\\*?[]{}~#!")
 _DOUBLE_QUOTED_SPECIAL: Final = frozenset("$`\\!")
 _OPERATOR = re.compile(r"[;&|()<>`]+")
@@ -113,6 +125,7 @@ class EditorRule:
     paths: tuple[str, ...] = ()
     title: str | None = None
     use_always: bool = False
+    exact: bool = False
     created: datetime | None = None
     note: str = ""
 
@@ -131,6 +144,8 @@ class EditorRule:
                 raise ValueError("a rule's times need a time zone (e.g. 2026-12-31T18:00:00Z)")
         if not (self.kinds or self.command or self.paths or self.title):
             raise ValueError("a rule must match on something: kinds, command, paths or title")
+        if self.exact and not self.command:
+            raise ValueError('"exact" is for a rule with a command')
         for kind in self.kinds:
             _one_of("kinds", kind, tuple(sorted(TOOL_KINDS)))
         for text in (*self.command, *self.paths, self.title or "-", self.session_id or "-"):
@@ -146,7 +161,8 @@ class EditorRule:
         """What the rule does, in full: effect, what it matches, scope and lifetime."""
         what: list[str] = []
         if self.command:
-            what.append(f"`{shlex.join(self.command)} …`")
+            words = shlex.join(self.command)
+            what.append(f"exactly `{words}`" if self.exact else f"`{words} …`")
         if self.kinds:
             what.append("/".join(self.kinds))
         if self.paths:
@@ -224,32 +240,58 @@ def _subject(
     call = request.tool_call
     outside = False
     cwd = workspace
-    if isinstance(raw, dict) and "cwd" in raw:
-        given = raw["cwd"]
-        if isinstance(given, str) and given:
-            cwd = _absolute(given, workspace, resolve)
-        outside = not isinstance(given, str) or given.startswith("~") or not _inside(cwd, workspace)
+    given_cwd = _cwd_of(raw)
+    if given_cwd is not None:
+        if isinstance(given_cwd, str) and given_cwd and not given_cwd.startswith("~"):
+            cwd = _absolute(given_cwd, workspace, resolve)
+            outside = not _inside(cwd, workspace)
+        else:
+            outside = True
     command = _command_of(raw)
     words, all_words = _command_words(command)
     if words is None:  # a command the shell would expand or chain: where it goes, no one can tell
         outside = outside or command is not None
     elif any(_escapes(word, cwd, workspace, resolve) for word in words):
         outside = True
+    if command is None and call.kind == "execute" and raw is not None:
+        outside = True  # it runs something its input does not say in a way rules read
     named = [location.path for location in call.locations or ()]
     named += [item.path for item in call.content or () if isinstance(item, Diff)]
     named += _raw_paths(raw)
     paths = tuple(dict.fromkeys(_absolute(path, cwd, resolve) for path in named))
     outside = outside or any(path.startswith("~") for path in named)
     outside = outside or not all(_inside(path, workspace) for path in paths)
+    outside = outside or _raw_escapes(raw, cwd, workspace, resolve)
     return Subject(call.kind, call.title, words, all_words, paths, outside)
 
 
 _PATH_KEY_NAMES: Final = (
     "path paths file files filepath filepaths filename abspath absolutepath relativepath"
-    " dir dirs directory dirpath folder workdir root rootpath dest destination destpath"
-    " source sourcepath src srcpath targetpath targetfile targetdir notebookpath"
+    " dir dirs directory dirpath folder root rootpath dest destination destpath"
+    " source sourcepath src srcpath target targetpath targetfile targetdir notebookpath"
+    " oldpath newpath frompath topath output outputpath outfile"
 )
 _PATH_KEYS: Final = frozenset(_PATH_KEY_NAMES.split())  # (compared without _ and -, any case)
+_CWD_KEYS: Final = ("cwd", "cd", "workdir", "working_directory", "workingDirectory")
+_COMMAND_KEYS: Final = ("command", "cmd", "script", "argv")
+# Text a tool writes or searches for, not a place: never read as a path.
+_TEXT_KEY_NAMES: Final = (
+    "content contents text newtext oldtext newstring oldstring newstr oldstr filetext"
+    " body message description pattern query prompt title"
+)
+_TEXT_KEYS: Final = frozenset(_TEXT_KEY_NAMES.split())
+_MAX_RAW_DEPTH: Final = 32
+
+
+def _key(name: str) -> str:
+    return name.replace("_", "").replace("-", "").lower()
+
+
+def _cwd_of(raw: Any) -> object:
+    """The folder a tool's input says it runs in, if it says (``None``: it does not)."""
+    if not isinstance(raw, dict):
+        return None
+    return next((raw[key] for key in _CWD_KEYS if raw.get(key) is not None), None)
 
 
 def _raw_paths(raw: Any, depth: int = 0) -> list[str]:
@@ -267,13 +309,33 @@ def _raw_paths(raw: Any, depth: int = 0) -> list[str]:
     for key, value in raw.items():
         if not isinstance(key, str):
             continue
-        if key.replace("_", "").replace("-", "").lower() in _PATH_KEYS:
+        if _key(key) in _PATH_KEYS:
             for item in value if isinstance(value, list) else [value]:
                 if isinstance(item, str) and item:
                     found.append(item)
         elif isinstance(value, dict | list) and depth < 3:
             found += _raw_paths(value, depth + 1)
     return found
+
+
+def _raw_escapes(
+    raw: Any, cwd: str, workspace: str, resolve: Callable[[str], str] | None, depth: int = 0
+) -> bool:
+    """Whether any string anywhere in a tool's input (but text it writes or searches
+    for) may name something outside the workspace: fail closed, whatever the key."""
+    if depth > _MAX_RAW_DEPTH:
+        return True  # too deep to read: it may hold anything
+    if isinstance(raw, str):
+        return _escapes(raw, cwd, workspace, resolve)
+    if isinstance(raw, list):
+        return any(_raw_escapes(item, cwd, workspace, resolve, depth + 1) for item in raw)
+    if isinstance(raw, dict):
+        return any(
+            _raw_escapes(value, cwd, workspace, resolve, depth + 1)
+            for key, value in raw.items()
+            if not (isinstance(key, str) and _key(key) in _TEXT_KEYS) and key not in _CWD_KEYS
+        )
+    return False
 
 
 def _raw_input(raw: msgspec.Raw) -> Any:
@@ -286,32 +348,56 @@ def _raw_input(raw: msgspec.Raw) -> Any:
 
 
 def _command_of(raw: Any) -> object:
-    """The shell command a tool's input holds (``command``, or ``cmd``), if any."""
+    """The shell command a tool's input holds (``command``, ``cmd``, ``script`` or
+    ``argv``), if any; a string for input that is only a string."""
+    if isinstance(raw, str):
+        return raw
     if not isinstance(raw, dict):
         return None
-    return raw.get("command", raw.get("cmd"))
+    return next((raw[key] for key in _COMMAND_KEYS if raw.get(key) is not None), None)
 
 
 def _command_words(
     command: object,
 ) -> tuple[tuple[str, ...] | None, tuple[str, ...]]:
-    """``(plain words or None, every word)`` of a command string or argv list."""
-    if isinstance(command, list) and command and all(isinstance(w, str) for w in command):
+    """``(plain words or None, every word)`` of a command string or argv list; a
+    command too long to read (or not one) has neither."""
+    if isinstance(command, list):
+        if not (command and all(isinstance(w, str) for w in command)):
+            return None, ()
+        if len(command) > _MAX_WORDS or sum(map(len, command)) > _MAX_COMMAND:
+            return None, ()
         shell = len(command) == 3 and posixpath.basename(command[0]) in _SHELLS
         if shell and command[1] in ("-c", "-lc", "-ic"):
             return _command_words(command[2])  # a shell running one string
-        return tuple(command), _deny_words(command)
-    if not isinstance(command, str) or not command.strip():
+        words = tuple(command)
+        return (None if _runs_others(words) else words), _deny_words(words)
+    if not isinstance(command, str) or not command.strip() or len(command) > _MAX_COMMAND:
         return None, ()
     if len(command) > _CACHED_COMMAND:  # (a peer's long commands never fill the cache)
-        return _plain_words(command), _every_word(command)
+        return _read_command(command)
     return _shell_words(command)
 
 
 @lru_cache(maxsize=256)
 def _shell_words(command: str) -> tuple[tuple[str, ...] | None, tuple[str, ...]]:
     """A command's words, kept for the next request (an agent repeats its commands)."""
-    return _plain_words(command), _every_word(command)
+    return _read_command(command)
+
+
+def _read_command(command: str) -> tuple[tuple[str, ...] | None, tuple[str, ...]]:
+    plain = _plain_words(command)
+    return (None if plain is None or _runs_others(plain) else plain), _every_word(command)
+
+
+def _runs_others(words: Sequence[str]) -> bool:
+    """Whether a command hands a later word to another program to run (``find -exec``,
+    ``rg --pre``, ``xargs sh``): no allow rule may cover that by its first words."""
+    for word in words[1:]:
+        flag, _, value = word.partition("=")
+        if flag in _EXEC_FLAGS or posixpath.basename(value or word) in _RUNNERS:
+            return True
+    return False
 
 
 def _plain_words(command: str) -> tuple[str, ...] | None:
@@ -337,44 +423,52 @@ def _plain_words(command: str) -> tuple[str, ...] | None:
     return words or None
 
 
-def _every_word(command: str, depth: int = 0) -> tuple[str, ...]:
-    """Every word of a shell string, operators split off (for deny rules)."""
+def _split_shell(command: str) -> list[str]:
+    """A shell string's words, operators split off as ``;``."""
     spaced = _OPERATOR.sub(" ; ", command)
     try:
-        words = shlex.split(spaced)
+        return shlex.split(spaced)
     except ValueError:  # unbalanced quotes: the shell would refuse it too
-        words = spaced.split()
-    return _deny_words(words, depth)
+        return spaced.split()
 
 
-def _deny_words(words: Sequence[str], depth: int = 0) -> tuple[str, ...]:
-    """The words deny rules look in: every word as written, operators taken out;
-    then, if they differ, the same with each path-named word (``/bin/rm``) by its
-    name (``rm``); the words of a script a shell runs (``bash -e -c '…'``) follow
-    its shell's."""
-    written: list[str] = []
-    for index, word in enumerate(words):
-        if word == ";":
-            continue
-        written.append(word)
-        script = _shell_script(words, index)
-        if script is not None and depth < _MAX_NESTING:
-            written += _every_word(script, depth + 1)
+def _every_word(command: str) -> tuple[str, ...]:
+    """Every word of a shell string, operators split off (for deny rules)."""
+    return _deny_words(_split_shell(command))
+
+
+def _deny_words(words: Sequence[str]) -> tuple[str, ...]:
+    """The words deny rules look in: every word as written, operators taken out, the
+    words of a script a shell runs (``bash -e -c '…'``) after its shell's; then, if
+    they differ, the same with each path-named word (``/bin/rm``) by its name."""
+    written = _written_words(words, 0)
     named = [posixpath.basename(word) if "/" in word.rstrip("/") else word for word in written]
     return tuple(written) if named == written else (*written, *named)
 
 
+def _written_words(words: Sequence[str], depth: int) -> list[str]:
+    found: list[str] = []
+    for index, word in enumerate(words):
+        if word == ";":
+            continue
+        found.append(word)
+        script = _shell_script(words, index)
+        if script is not None and depth < _MAX_NESTING:
+            found += _written_words(_split_shell(script), depth + 1)
+    return found
+
+
 def _shell_script(words: Sequence[str], index: int) -> str | None:
     """The script ``words[index]`` runs, if it is a shell given ``-c`` (its flags
-    may come apart, as in ``bash -e -c``, and ``--`` may end them)."""
+    may come apart, as in ``bash -e -c``; ``-o NAME`` takes a word; ``--`` ends them)."""
     if posixpath.basename(words[index]) not in _SHELLS:
         return None
     runs_script = False
     at = index + 1
-    while at < len(words) and words[at].startswith("-") and words[at] != "--":
+    while at < len(words) and words[at][:1] in ("-", "+") and words[at] != "--":
         flag = words[at]
         runs_script = runs_script or (not flag.startswith("--") and "c" in flag[1:])
-        at += 1
+        at += 2 if flag in ("-o", "+o", "-O", "+O") else 1
     if at < len(words) and words[at] == "--":
         at += 1
     return words[at] if runs_script and at < len(words) else None
@@ -397,13 +491,31 @@ def _inside(path: str, workspace: str) -> bool:
 
 
 def _escapes(word: str, cwd: str, workspace: str, resolve: Callable[[str], str] | None) -> bool:
-    """Whether a command word may name something outside the workspace."""
-    value = word.partition("=")[2] if word.startswith("-") and "=" in word else word
-    if value.startswith("~"):
+    """Whether a word (of a command, or a string of a tool's input) may name something
+    outside the workspace: a ``..`` anywhere; a ``~`` or ``file:`` start, or an
+    absolute path outside, also as an option's value (``--out=/x``, ``-o/x``,
+    ``@/x``); with ``resolve``, a relative path that a symlink takes out."""
+    if ".." in word:
         return True
-    if value.startswith("/") or ".." in value.split("/"):
-        return not _inside(_absolute(value, cwd, resolve), workspace)
+    for value in _values(word):
+        if value.startswith(("~", "file:")):
+            return True
+        if value.startswith("/") and not _inside(_absolute(value, cwd, resolve), workspace):
+            return True
+    if resolve is not None and "/" in word and not word.startswith("-") and "://" not in word:
+        return not _inside(_absolute(word, cwd, resolve), workspace)
     return False
+
+
+def _values(word: str) -> Iterator[str]:
+    """A word, and what it may give an option or a program as a path."""
+    yield word
+    if "=" in word:
+        yield word.partition("=")[2]
+    if word.startswith("-") and not word.startswith("--") and len(word) > 2:
+        yield word[2:]  # -o/etc/x
+    if "@" in word:
+        yield word.partition("@")[2]
 
 
 # ---------------------------------------------------------------- globs
@@ -412,6 +524,8 @@ def _escapes(word: str, cwd: str, workspace: str, resolve: Callable[[str], str] 
 @lru_cache(maxsize=1024)
 def _glob_pattern(glob: str) -> re.Pattern[str]:
     """``*`` and ``?`` within a folder, ``**`` across folders, ``[...]`` a class."""
+    while "**/**" in glob:  # (repeated ** match nothing more, and backtrack badly)
+        glob = glob.replace("**/**", "**")
     out: list[str] = []
     index = 0
     while index < len(glob):
@@ -465,6 +579,18 @@ def _relative_paths(subject: Subject, workspace: str) -> tuple[tuple[str, str | 
     )
 
 
+def _names_in(command: tuple[str, ...], words: tuple[str, ...]) -> bool:
+    """Whether a deny rule's words are in a command: its program, then its other words
+    in order within the next words (``git -C . push`` has ``git push``)."""
+    program, rest = command[0], command[1:]
+    for index, word in enumerate(words):
+        if word == program:
+            following = iter(words[index + 1 : index + 1 + _DENY_SPAN])
+            if all(any(w == wanted for w in following) for wanted in rest):
+                return True
+    return False
+
+
 def _covers(
     entry: _Entry,
     subject: Subject,
@@ -477,15 +603,14 @@ def _covers(
     if not rule.command:
         if rule.effect == "allow" and subject.all_words:
             return False  # a command is allowed only by a rule that names it
-    else:
-        size = len(rule.command)
-        if rule.effect == "allow":
-            if subject.words is None or subject.words[:size] != rule.command:
-                return False
-        else:
-            words = subject.all_words
-            if not any(words[i : i + size] == rule.command for i in range(len(words))):
-                return False
+    elif rule.effect == "allow":
+        words = subject.words
+        if words is None or words[: len(rule.command)] != rule.command:
+            return False
+        if rule.exact and len(words) != len(rule.command):
+            return False
+    elif not _names_in(rule.command, subject.all_words):
+        return False
     if rule.paths:
         if not relative:
             return False
@@ -675,6 +800,21 @@ class RuleEngine(Rule):
         if self.on_answer is not None:
             self.on_answer(answer)
 
+    def denies(self, request: PermissionRequest) -> bool:
+        """Whether a deny rule covers ``request``, whether or not it could answer it (a
+        batch answer never allows what a deny rule covers)."""
+        raw = _raw_input(request.tool_call.raw_input_json)
+        denying = [e for e in self._candidates(request, raw) if e.rule.effect == "deny"]
+        if not denying:
+            return False
+        subject = _subject(request, raw, self.workspace, self._resolve)
+        relative = _relative_paths(subject, self.workspace)
+        now = self._clock()
+        return any(
+            self._live(entry, request, now) and _covers(entry, subject, relative)
+            for entry in denying
+        )
+
     def match(self, request: PermissionRequest) -> RuleAnswer | None:
         """The rule that would answer ``request`` and how, without counting it."""
         found = self._match(request)
@@ -682,36 +822,41 @@ class RuleEngine(Rule):
             None if found is None else RuleAnswer(found[0].rule, found[0].number, request, found[1])
         )
 
-    def _match(self, request: PermissionRequest) -> tuple[_Entry, Selected] | None:
-        kind = request.tool_call.kind
-        candidates: list[_Entry] = self._kind_lists.get(kind, self._general)
-        raw = _raw_input(request.tool_call.raw_input_json)
-        if self._by_word:  # the rules naming a word of the command
-            command = _command_of(raw)
+    def _candidates(self, request: PermissionRequest, raw: Any) -> list[_Entry]:
+        """The rules that may match, by number: those of the request's kind or of no
+        kind, and those whose program is a word of its command."""
+        candidates: list[_Entry] = self._kind_lists.get(request.tool_call.kind, self._general)
+        if self._by_word:
             found = [
                 entry
-                for word in set(_command_words(command)[1])
+                for word in set(_command_words(_command_of(raw))[1])
                 for entry in self._by_word.get(word, _NO_ENTRIES)
             ]
             if found:  # in number order (each is found once: by its first word)
                 candidates = sorted([*candidates, *found], key=_number)
+        return candidates
+
+    @staticmethod
+    def _live(entry: _Entry, request: PermissionRequest, now: datetime | None) -> bool:
+        """Whether the rule holds for this request's session, at ``now``."""
+        rule = entry.rule
+        if rule.scope == "session" and rule.session_id != request.session_id:
+            return False
+        return rule.until is None or (now is not None and now < rule.until)
+
+    def _match(self, request: PermissionRequest) -> tuple[_Entry, Selected] | None:
+        raw = _raw_input(request.tool_call.raw_input_json)
+        candidates = self._candidates(request, raw)
         if not candidates:
             return None
         subject = _subject(request, raw, self.workspace, self._resolve)
         relative = _relative_paths(subject, self.workspace)
-        now: datetime | None = None
+        now = self._clock() if any(e.rule.until is not None for e in candidates) else None
         denies: list[_Entry] = []
         allows: list[_Entry] = []
         for entry in candidates:
-            rule = entry.rule
-            if rule.scope == "session" and rule.session_id != request.session_id:
-                continue
-            if rule.until is not None:
-                now = now or self._clock()
-                if now >= rule.until:
-                    continue
-            if _covers(entry, subject, relative):
-                (denies if rule.effect == "deny" else allows).append(entry)
+            if self._live(entry, request, now) and _covers(entry, subject, relative):
+                (denies if entry.rule.effect == "deny" else allows).append(entry)
         if denies:  # a deny beats an allow, even one it cannot answer with
             return _answering(denies, request, "reject")
         if allows and not subject.outside:
@@ -774,11 +919,13 @@ def suggested_rules(
     """The rules a card offers to save for ``request``, narrowest first, scoped
     to ``workspace`` until revoked.
 
-    A plain shell command: its program and subcommand (``git status …``; the
-    whole command when its second word is not a subcommand). A request with
-    paths: this file (or these files), then this folder. Otherwise its kind and
-    exact title. Nothing for a request that names anything outside the
-    workspace (no rule could allow it) or a command the shell would expand.
+    A plain shell command: its program and subcommand (``git status …``); exactly
+    the whole command when its second word is not a subcommand (a prefix of
+    ``find . -name x`` could go on with ``-delete``). A request with paths: this
+    file (or these files), then this folder. Otherwise its kind and exact title
+    (never for ``execute``: a title says nothing of what runs). Nothing for a
+    request that names anything outside the workspace (no rule could allow it) or
+    a command the shell would expand.
     """
     subject = subject_of(request, workspace)
     if subject.outside and effect == "allow":
@@ -798,8 +945,9 @@ def suggested_rules(
     try:
         if subject.words is not None:
             words = subject.words
-            head = words[:2] if len(words) > 1 and _SUBCOMMAND.fullmatch(words[1]) else words
-            return [scoped(command=head)]
+            if len(words) > 1 and _SUBCOMMAND.fullmatch(words[1]):
+                return [scoped(command=words[:2])]
+            return [scoped(command=words, exact=True)]  # (a prefix of it could be anything)
         if subject.all_words:
             return []
         if subject.paths:
@@ -811,10 +959,12 @@ def suggested_rules(
             ]
             found = [scoped(kinds=kinds, paths=tuple(glob_escape(path) for path in relative))]
             folders = {posixpath.dirname(path) for path in relative}
+            if workspace in subject.paths:
+                folders = set()  # the workspace itself: no folder of it is narrower
             if len(folders) == 1 and (folder := folders.pop()) and folder != "/":
                 found.append(scoped(kinds=kinds, paths=(glob_escape(folder) + "/**",)))
             return found
-        if subject.title and kinds:
+        if subject.title and kinds and subject.kind != "execute":
             return [scoped(kinds=kinds, title=glob_escape(subject.title))]
     except ValueError:  # a word, path or title no rule can hold (empty, a NUL...)
         return []
@@ -849,11 +999,13 @@ class _RuleFields(msgspec.Struct, forbid_unknown_fields=True):
     paths: list[str] = msgspec.field(default_factory=list)
     title: str | None = None
     use_always: bool = False
+    exact: bool = False
     created: datetime | None = None
     note: str = ""
 
 
 FILE_VERSION: Final = 1
+_UNLESS_SET: Final = ("use_always", "exact", "note")  # written only when set
 
 
 def load_rules(path: Path) -> tuple[list[EditorRule], list[RuleFileError]]:
@@ -900,6 +1052,7 @@ def load_rules(path: Path) -> tuple[list[EditorRule], list[RuleFileError]]:
                     paths=tuple(fields.paths),
                     title=fields.title,
                     use_always=fields.use_always,
+                    exact=fields.exact,
                     created=fields.created,
                     note=fields.note,
                 )
@@ -938,7 +1091,11 @@ def save_rules(path: Path, rules: Iterable[EditorRule]) -> None:
         lines += ["", "[[rule]]"]
         for name in _RuleFields.__struct_fields__:
             value = getattr(rule, name)
-            if value is None or value == () or (name in ("use_always", "note") and not value):
+            if (
+                value is None
+                or value == ()
+                or (name in ("use_always", "exact", "note") and not value)
+            ):
                 continue
             lines.append(f"{name} = {_toml_value(value)}")
     path.parent.mkdir(parents=True, exist_ok=True)
