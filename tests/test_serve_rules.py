@@ -31,7 +31,7 @@ from simhost.audit import AUDIT_NAME
 from simhost.chat.backends import AcpBackend
 from simhost.rulebook import RULES_NAME, open_rules, user_rules_file
 from simhost.serve.host import ServeHost
-from simhost.serve.protocol import MAX_BATCH
+from simhost.serve.protocol import MAX_BATCH, Error
 from simhost.serve.server import Gate, serve_relay
 
 from .peer import CANCELLED, FakePeer, allow_deny, connected, selected
@@ -960,3 +960,42 @@ def test_without_a_state_folder_rules_and_audit_are_kept_under_the_xdg_folders(
     assert book.user_file == places.config / "simhost" / RULES_NAME
     for path in (book.workspace_file, audit.path, book.user_file):
         assert not path.is_relative_to(workspace)
+
+
+def test_a_batch_allow_never_lists_a_question_a_deny_rule_covers(tmp_path: Path) -> None:
+    # The agent offers no reject_once: the deny rule cannot answer, and the card waits.
+    import msgspec
+
+    from permclient.relay import Relay, RelayOption, RelayQuestion, Requested
+    from permclient.rules import EditorRule
+    from simhost.rulebook import RuleBook
+    from simhost.serve.editor import EditorDesk
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    book = RuleBook(workspace, workspace_file=tmp_path / "rules.toml", user_file=tmp_path / "u")
+    book.load()
+    env_rule = EditorRule(effect="deny", scope="everywhere", lifetime="revoked", paths=("**/.env",))
+    book.add(env_rule)
+    desk = EditorDesk(Relay(), book, None, lambda message: None)
+    options = (
+        RelayOption("yes", "Allow", "allow_once"),
+        RelayOption("never", "No", "reject_always"),
+    )
+    for number, name in enumerate([".env", "notes.md"], 1):
+        call = {"toolCallId": f"c{number}", "kind": "read"}
+        call["locations"] = [{"path": str(workspace / name)}]  # type: ignore[list-item]
+        offered = [{"optionId": o.option_id, "name": o.name, "kind": o.kind} for o in options]
+        raw = msgspec.Raw(
+            msgspec.json.encode({"sessionId": "s1", "toolCall": call, "options": offered})
+        )
+        question = RelayQuestion(f"q{number}", "s1", f"c{number}", name, "read", options, raw)
+        desk.on_event(Requested(question))
+
+    def listed(effect: str) -> list[str]:
+        preview = desk.preview_batch("s1", effect, "reads")  # type: ignore[arg-type]
+        assert not isinstance(preview, Error)
+        return [item.question_id for item in preview.questions]
+
+    assert listed("allow") == ["q2"]  # never the .env read
+    assert listed("deny") == []  # no reject_once offered: a batch never guesses another kind

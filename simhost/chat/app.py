@@ -782,8 +782,11 @@ class ChatApp:
         for approval in self.queue:
             if approval.session_id == session_id:
                 found = engine.match(approval.request)
-                if found is not None:
-                    answers.append((approval, found.decision))
+                if found is None:
+                    continue
+                if effect == "allow" and self.rulebook.engine.denies(approval.request):
+                    continue  # a batch never allows what a deny rule covers
+                answers.append((approval, found.decision))
         if not answers:
             self._note(f"{command} {arg}: no pending question in this session it answers")
             return

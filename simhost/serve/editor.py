@@ -280,9 +280,18 @@ class EditorDesk:
         for question, request in self._pending.values():
             if question.session_id == session_id and request is not None:
                 answer = engine.match(request)
-                if answer is not None:
-                    found.append((question, request, answer.decision))
+                if answer is None:
+                    continue
+                allows = self._option_kind(request, answer.decision).startswith("allow")
+                if allows and self.engine.denies(request):
+                    continue  # a batch never allows what a deny rule covers
+                found.append((question, request, answer.decision))
         return found
+
+    @staticmethod
+    def _option_kind(request: PermissionRequest, decision: Selected) -> str:
+        option = request.option(decision.option_id)
+        return option.kind if option is not None else ""
 
     def preview_batch(self, session_id: str, effect: Effect, what: str) -> BatchPreview | Error:
         engine = self._batch_engine(session_id, effect, what)
