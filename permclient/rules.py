@@ -240,20 +240,23 @@ def _subject(
     call = request.tool_call
     outside = False
     cwd = workspace
-    given_cwd = _cwd_of(raw)
-    if given_cwd is not None:
-        if isinstance(given_cwd, str) and given_cwd and not given_cwd.startswith("~"):
-            cwd = _absolute(given_cwd, workspace, resolve)
+    given = _given(raw, _CWD_KEYS)
+    if len(given) > 1:
+        outside = True  # two folders to run in: which one, no one can tell
+    elif given:
+        folder = given[0]
+        if isinstance(folder, str) and not folder.startswith("~"):
+            cwd = _absolute(folder, workspace, resolve) if folder else workspace
             outside = not _inside(cwd, workspace)
         else:
             outside = True
-    command = _command_of(raw)
-    words, all_words = _command_words(command)
+    has_command = bool(_commands_of(raw))
+    words, all_words = _request_words(raw)
     if words is None:  # a command the shell would expand or chain: where it goes, no one can tell
-        outside = outside or command is not None
+        outside = outside or has_command
     elif any(_escapes(word, cwd, workspace, resolve) for word in words):
         outside = True
-    if command is None and call.kind == "execute" and raw is not None:
+    if not has_command and call.kind == "execute" and raw is not None:
         outside = True  # it runs something its input does not say in a way rules read
     named = [location.path for location in call.locations or ()]
     named += [item.path for item in call.content or () if isinstance(item, Diff)]
@@ -287,11 +290,16 @@ def _key(name: str) -> str:
     return name.replace("_", "").replace("-", "").lower()
 
 
-def _cwd_of(raw: Any) -> object:
-    """The folder a tool's input says it runs in, if it says (``None``: it does not)."""
+def _given(raw: Any, keys: Sequence[str]) -> list[object]:
+    """The values a tool's input gives under ``keys`` (not null), each once."""
     if not isinstance(raw, dict):
-        return None
-    return next((raw[key] for key in _CWD_KEYS if raw.get(key) is not None), None)
+        return []
+    found: list[object] = []
+    for key in keys:
+        value = raw.get(key)
+        if value is not None and value not in found:
+            found.append(value)
+    return found
 
 
 def _raw_paths(raw: Any, depth: int = 0) -> list[str]:
@@ -333,7 +341,8 @@ def _raw_escapes(
         return any(
             _raw_escapes(value, cwd, workspace, resolve, depth + 1)
             for key, value in raw.items()
-            if not (isinstance(key, str) and _key(key) in _TEXT_KEYS) and key not in _CWD_KEYS
+            if not (isinstance(key, str) and _key(key) in _TEXT_KEYS)
+            and not (depth == 0 and key in _CWD_KEYS)  # (read as the folder it runs in)
         )
     return False
 
@@ -347,14 +356,19 @@ def _raw_input(raw: msgspec.Raw) -> Any:
         return None
 
 
-def _command_of(raw: Any) -> object:
-    """The shell command a tool's input holds (``command``, ``cmd``, ``script`` or
-    ``argv``), if any; a string for input that is only a string."""
-    if isinstance(raw, str):
-        return raw
-    if not isinstance(raw, dict):
-        return None
-    return next((raw[key] for key in _COMMAND_KEYS if raw.get(key) is not None), None)
+def _commands_of(raw: Any) -> list[object]:
+    """The shell commands a tool's input holds (``command``, ``cmd``, ``script``,
+    ``argv``; a string for input that is only a string)."""
+    return [raw] if isinstance(raw, str) else _given(raw, _COMMAND_KEYS)
+
+
+def _request_words(raw: Any) -> tuple[tuple[str, ...] | None, tuple[str, ...]]:
+    """``(plain words or None, every word)`` of the command(s) a tool's input holds:
+    with several, none is plain, and deny rules see them all."""
+    commands = _commands_of(raw)
+    if len(commands) > 1:
+        return None, tuple(word for each in commands for word in _command_words(each)[1])
+    return _command_words(commands[0] if commands else None)
 
 
 def _command_words(
@@ -498,24 +512,28 @@ def _escapes(word: str, cwd: str, workspace: str, resolve: Callable[[str], str] 
     if ".." in word:
         return True
     for value in _values(word):
-        if value.startswith(("~", "file:")):
+        if value[:5].lower() == "file:" or value.startswith("~"):
             return True
-        if value.startswith("/") and not _inside(_absolute(value, cwd, resolve), workspace):
+        checked = value.startswith("/") or (resolve is not None and value and "://" not in value)
+        if checked and not _inside(_absolute(value, cwd, resolve), workspace):
             return True
-    if resolve is not None and "/" in word and not word.startswith("-") and "://" not in word:
-        return not _inside(_absolute(word, cwd, resolve), workspace)
     return False
 
 
 def _values(word: str) -> Iterator[str]:
-    """A word, and what it may give an option or a program as a path."""
-    yield word
+    """What a word may give a program as a path: the word (unless it is an option),
+    what follows its ``=`` or ``@``, and an option's attached value (``-o/x``, also
+    after other letters: ``-uo/x``, ``-f./x``)."""
+    if not word.startswith("-"):
+        yield word
     if "=" in word:
         yield word.partition("=")[2]
-    if word.startswith("-") and not word.startswith("--") and len(word) > 2:
-        yield word[2:]  # -o/etc/x
     if "@" in word:
         yield word.partition("@")[2]
+    if word.startswith("-") and not word.startswith("--"):
+        for index in range(2, len(word)):  # (each place an attached value may start)
+            if word[index] in "/~." or index == 2:
+                yield word[index:]
 
 
 # ---------------------------------------------------------------- globs
@@ -829,7 +847,7 @@ class RuleEngine(Rule):
         if self._by_word:
             found = [
                 entry
-                for word in set(_command_words(_command_of(raw))[1])
+                for word in set(_request_words(raw)[1])
                 for entry in self._by_word.get(word, _NO_ENTRIES)
             ]
             if found:  # in number order (each is found once: by its first word)
