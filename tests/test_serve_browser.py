@@ -476,6 +476,7 @@ def test_a_rule_saved_from_a_card_answers_it_and_later_questions_until_revoked(
         deny(tab.card())
         expect(tab.card()).to_have_count(0)
         expect(receipts).to_have_count(2)
+        expect(tab.transcript().locator(".entry-turn")).to_have_count(3)  # (before a prompt)
 
         # The Rules view lists it, with its hits and its file; Revoke takes it out.
         page.get_by_role("button", name="Rules", exact=True).click()
