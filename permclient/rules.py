@@ -94,6 +94,7 @@ _RUNNER_NAMES: Final = (
     " python python2 python3 perl ruby node nodejs deno bun php lua tclsh osascript"
 )
 _RUNNERS: Final = _SHELLS | frozenset(_RUNNER_NAMES.split())
+_VERSION: Final = re.compile(r"[0-9.]+$")  # python3.11, perl5
 _SHELL_SPECIAL: Final = frozenset(";&|<>()$`\\*?[]{}~#!")
 _DOUBLE_QUOTED_SPECIAL: Final = frozenset("$`\\!")
 _OPERATOR = re.compile(r"[;&|()<>`]+")
@@ -262,7 +263,7 @@ def _subject(
     named += [item.path for item in call.content or () if isinstance(item, Diff)]
     named += _raw_paths(raw)
     paths = tuple(dict.fromkeys(_absolute(path, cwd, resolve) for path in named))
-    outside = outside or any(path.startswith("~") for path in named)
+    outside = outside or any(path.startswith("~") or path[:5].lower() == "file:" for path in named)
     outside = outside or not all(_inside(path, workspace) for path in paths)
     outside = outside or _raw_escapes(raw, cwd, workspace, resolve)
     return Subject(call.kind, call.title, words, all_words, paths, outside)
@@ -275,7 +276,7 @@ _PATH_KEY_NAMES: Final = (
     " oldpath newpath frompath topath output outputpath outfile"
 )
 _PATH_KEYS: Final = frozenset(_PATH_KEY_NAMES.split())  # (compared without _ and -, any case)
-_CWD_KEYS: Final = ("cwd", "cd", "workdir", "working_directory", "workingDirectory")
+_CWD_KEYS: Final = ("cwd", "cd", "workdir", "workingdirectory", "currentdir", "currentdirectory")
 _COMMAND_KEYS: Final = ("command", "cmd", "script", "argv")
 # Text a tool writes or searches for, not a place: never read as a path.
 _TEXT_KEY_NAMES: Final = (
@@ -291,13 +292,14 @@ def _key(name: str) -> str:
 
 
 def _given(raw: Any, keys: Sequence[str]) -> list[object]:
-    """The values a tool's input gives under ``keys`` (not null), each once."""
+    """The values a tool's input gives under ``keys`` (not null; keys compared without
+    ``_`` and ``-``, in any case), each once."""
     if not isinstance(raw, dict):
         return []
     found: list[object] = []
-    for key in keys:
-        value = raw.get(key)
-        if value is not None and value not in found:
+    for key, value in raw.items():
+        named = isinstance(key, str) and _key(key) in keys
+        if named and value is not None and value not in found:
             found.append(value)
     return found
 
@@ -342,7 +344,7 @@ def _raw_escapes(
             _raw_escapes(value, cwd, workspace, resolve, depth + 1)
             for key, value in raw.items()
             if not (isinstance(key, str) and _key(key) in _TEXT_KEYS)
-            and not (depth == 0 and key in _CWD_KEYS)  # (read as the folder it runs in)
+            and not (depth == 0 and isinstance(key, str) and _key(key) in _CWD_KEYS)
         )
     return False
 
@@ -405,13 +407,23 @@ def _read_command(command: str) -> tuple[tuple[str, ...] | None, tuple[str, ...]
 
 
 def _runs_others(words: Sequence[str]) -> bool:
-    """Whether a command hands a later word to another program to run (``find -exec``,
-    ``rg --pre``, ``xargs sh``): no allow rule may cover that by its first words."""
+    """Whether a command hands a word to another program to run (``find -exec``,
+    ``rg --pre``, ``xargs sh``, ``git -c core.pager='sh …'``, a shell's ``-c``
+    script): no allow rule may cover that by its first words."""
+    if any(_shell_script(words, index) is not None for index in range(len(words))):
+        return True
     for word in words[1:]:
         flag, _, value = word.partition("=")
-        if flag in _EXEC_FLAGS or posixpath.basename(value or word) in _RUNNERS:
+        if flag in _EXEC_FLAGS or _program_name(value or word) in _RUNNERS:
             return True
+        if value and any(blank in value for blank in " \t"):
+            return True  # a value that is a command line (a pager, an editor, a hook)
     return False
+
+
+def _program_name(word: str) -> str:
+    """``/usr/bin/python3.11`` → ``python``: a program's name without its folder and version."""
+    return _VERSION.sub("", posixpath.basename(word.split(maxsplit=1)[0] if word.strip() else word))
 
 
 def _plain_words(command: str) -> tuple[str, ...] | None:
@@ -514,10 +526,14 @@ def _escapes(word: str, cwd: str, workspace: str, resolve: Callable[[str], str] 
     for value in _values(word):
         if value[:5].lower() == "file:" or value.startswith("~"):
             return True
-        checked = value.startswith("/") or (resolve is not None and value and "://" not in value)
+        checked = value.startswith("/") or (resolve is not None and bool(value))
         if checked and not _inside(_absolute(value, cwd, resolve), workspace):
             return True
     return False
+
+
+_PARTS: Final = re.compile(r"[=,]|(?<!:):(?!//)")  # (not the colon of a URL's ://)
+_SHORT_VALUE_SPAN: Final = 64
 
 
 def _values(word: str) -> Iterator[str]:
@@ -528,12 +544,12 @@ def _values(word: str) -> Iterator[str]:
         yield word
     if "=" in word:
         yield word.partition("=")[2]
+    yield from _PARTS.split(word)[1:]  # --mount=type=bind,source=/etc, host:/etc
     if "@" in word:
         yield word.partition("@")[2]
     if word.startswith("-") and not word.startswith("--"):
-        for index in range(2, len(word)):  # (each place an attached value may start)
-            if word[index] in "/~." or index == 2:
-                yield word[index:]
+        for index in range(2, min(len(word), _SHORT_VALUE_SPAN)):  # (where a value may start)
+            yield word[index:]
 
 
 # ---------------------------------------------------------------- globs

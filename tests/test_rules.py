@@ -991,7 +991,8 @@ def test_an_allow_rule_still_matches_the_words_as_written() -> None:
     """A program's name stands for its path only in deny rules: ``rm`` allows no ``/bin/rm``
     (which may be any program), and ``bash`` allows a script only if no deny rule sees it."""
     assert answer(rule(command=["rm"]), request("/bin/rm x")) is None
-    assert answer(rule(command=["bash", "-c"]), request("bash -c 'ls -l'")) == "yes"
+    # A shell's -c script is never covered by first words (it may run anything).
+    assert answer(rule(command=["bash", "-c"]), request("bash -c 'ls -l'")) is None
     both = [rule(command=["bash", "-c"]), deny(command=["rm"])]
     assert answer(both, request("bash -c 'rm -rf x'")) == "no"
     assert answer(both, request(["bash", "-ec", "rm x"])) == "no"
@@ -1348,7 +1349,6 @@ def test_an_execute_request_whose_raw_input_holds_no_command_is_outside() -> Non
     no_command: list[Any] = [
         {},
         {"command": None},
-        {"Command": "ls"},  # (the keys are command, cmd, script and argv, as written)
         {"commandLine": "ls"},
         {"shell": "ls"},
         {"file_path": "src/a.py"},
@@ -1712,7 +1712,7 @@ def test_a_shell_with_options_that_take_a_word_still_runs_its_script() -> None:
     assert answer(rm, request("bash -o errexit -c 'rm -rf build'")) == "no"
     assert answer(rm, request("bash +O extglob -e -c 'rm x'")) == "no"
     assert answer(rm, request(["bash", "-o", "pipefail", "-c", "rm x"])) == "no"
-    assert answer(rm, request("bash -o errexit -c 'ls -l'")) == "yes"
+    assert answer(rm, request("bash -o errexit -c 'ls -l'")) is None  # (a script: never allowed)
 
 
 @pytest.mark.parametrize(
@@ -2476,3 +2476,29 @@ def test_a_time_with_an_offset_of_seconds_is_saved_so_it_loads(tmp_path: Path) -
     made = rule(lifetime="until", until=datetime(1930, 5, 1, 12, tzinfo=amsterdam), kinds=["read"])
     save_rules(tmp_path / "rules.toml", [made])
     assert load_rules(tmp_path / "rules.toml") == ([made], [])
+
+
+@pytest.mark.parametrize(
+    ("allowed", "attack"),
+    [
+        (["bash"], "bash -c 'cat /etc/passwd'"),
+        (["bash"], "bash -c 'x=rm; $x -rf build'"),
+        (["sh"], ["sh", "-e", "-c", "cat /etc/passwd"]),
+        (["git"], "git -c 'core.pager=sh -c \"rm -rf build\"' log"),
+        (["git"], "git -c core.pager='rm -rf build' log"),
+        (["cargo", "build"], "cargo build --config=build.target-dir=/etc/x"),
+        (["docker", "run"], "docker run --mount=type=bind,source=/etc,target=/h alpine"),
+        (["make"], "make python3.11"),
+        (["scp"], "scp a.txt host:/etc/x"),
+    ],
+)
+def test_the_reviews_second_round_of_attacks_is_never_allowed(
+    allowed: list[str], attack: Any
+) -> None:
+    assert answer(rule(command=allowed), request(attack)) is None
+
+
+def test_other_spellings_of_a_cwd_key_and_a_file_url_location_count() -> None:
+    assert subject_of(request("ls", raw={"command": "ls", "working_dir": "/etc"}), WS).outside
+    assert subject_of(request(None, kind="read", locations=["file:///etc/passwd"]), WS).outside
+    assert not subject_of(request("ls", raw={"command": "ls", "workingDir": "src"}), WS).outside
