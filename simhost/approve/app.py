@@ -31,13 +31,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final
 
 import trio
 from rich.text import Text
 
 from permclient.relay import AnswerRefused, RelayQuestion, Requested, Resolved, Withdrawn
-from permclient.rules import MAX_REASON
+from permclient.rules import MAX_REASON, Effect
 from simhost._digits import small_number
 from simhost.chat.app import DEFAULT_ARM_DELAY_S, REPEAT_GUARD_S, InputMode
 from simhost.chat.approvals import Approval, ApprovalQueue
@@ -120,8 +120,6 @@ _VIEW_CARD: Final = Key("char", "v")
 _SERVER_CHARS: Final = 200  # of a string from the server on a notice line
 _LABEL_CHARS: Final = 1000  # of an editor rule's label, when it asks to be confirmed
 _MAX_WHAT: Final = 256  # of a batch's WHAT (the protocol's)
-
-Effect = Literal["allow", "deny"]
 
 
 @dataclass(frozen=True)
