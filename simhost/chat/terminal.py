@@ -132,11 +132,15 @@ class KeyboardPause:
         """Wait until ``fd`` is readable and the reader is not paused."""
         while True:
             await self._resumed.wait()
+            # A pause during that wait's checkpoint found no scope to cancel.
+            if not self._resumed.is_set():
+                continue
             with trio.CancelScope() as scope:
                 self._waiting = scope
                 await trio.lowlevel.wait_readable(fd)
             self._waiting = None
-            if not scope.cancelled_caught:
+            # Readable just as a pause came: the bytes are the editor's now.
+            if not scope.cancelled_caught and self._resumed.is_set():
                 return
 
     def pause(self) -> None:
