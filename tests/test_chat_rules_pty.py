@@ -49,6 +49,7 @@ def test_an_always_allow_git_status_rule_answers_it_asks_for_git_push_and_revoki
 
     chat.say("run git status")  # the rule answers: a receipt, no card
     chat.expect("rule 1 allowed")
+    chat.expect("git status.*allowed by rule 1")  # the tool's line names the rule, not "you"
     chat.expect("turn ended")
     chat.expect_prompt()
     chat.say("run git push")  # not covered: a card
@@ -100,6 +101,7 @@ def test_a_batch_answer_answers_exactly_the_listed_questions(chat_in: Any) -> No
     chat.expect("Answer them\\? y/N")
     chat.child.send("y")
     chat.expect("/allow-all edits: 3 answered")
+    chat.expect("allowed by /allow-all edits")
     chat.expect("burst 3: 3 completed")
     records = _audit(chat)
     assert [r["by"] for r in records] == ["batch"] * 3

@@ -216,6 +216,9 @@ class ChatApp:
         self._plain_status: dict[tuple[str, str], str] = {}
         self._final_shown: set[tuple[str, str]] = set()
         self._tool_meta: dict[tuple[str, str], dict[str, Any]] = {}
+        # Tool calls the editor answered without the person (a rule, a batch): the runtime
+        # says "the editor" decided, and the transcript names which rule or batch.
+        self._decided_by: dict[tuple[str, str], str] = {}
         self._shown: Approval | None = None
         self._card_key: tuple[Key, float] | None = None  # the last key a card took, and when
         self._confirming: _Confirming | None = None  # an allow_always pick waiting for y
@@ -609,6 +612,8 @@ class ChatApp:
             line.append(" · reason: ", style="dim")
             line.append_text(escaped(given, limit=_CONFIRM_CHARS))
         self.screen.print(line)
+        if by == "batch":
+            self._decided_by[(card.session_id, card.request.tool_call.tool_call_id)] = how
         self._audit(card.request, decision, by=by, detail=how, reason=given)
 
     # ------------------------------------------------------------- editor rules
@@ -647,6 +652,8 @@ class ChatApp:
         title = request.tool_call.title or request.tool_call.tool_call_id
         where = self._label(request.session_id)
         self.screen.print(receipt_line(answer.number, allowed, title, where, described))
+        key = (request.session_id, request.tool_call.tool_call_id)
+        self._decided_by[key] = f"rule {answer.number}"
         self._audit(
             request, answer.decision, by="rule", detail=f"rule {answer.number}: {described}"
         )
@@ -1047,6 +1054,9 @@ class ChatApp:
     def _tool_event(self, session_id: str, tool_call_id: str, meta: dict[str, Any]) -> None:
         key = (session_id, tool_call_id)
         if meta:
+            decided_by = self._decided_by.get(key)
+            if decided_by is not None and meta.get("decidedBy") == "editor":
+                meta = {**meta, "decidedBy": decided_by}
             self._tool_meta[key] = meta
         # A tool call ends the message streamed before it: later text starts a new line.
         self._flush_partial(session_id)
@@ -1055,6 +1065,7 @@ class ChatApp:
             return
         if state.is_final:
             self._live_calls.pop(key, None)
+            self._decided_by.pop(key, None)
             self._final_shown.add(key)
             self.screen.print(
                 tool_line(state, prefix=self._prefix(session_id), meta=self._tool_meta.get(key))
