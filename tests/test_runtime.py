@@ -516,6 +516,29 @@ async def test_piped_requests_are_answered_and_stdout_holds_nothing_but_frames(
     assert list(workspace.iterdir()) == []
 
 
+async def test_the_end_of_input_does_not_import_pytest(tmp_path: Path) -> None:
+    """The drain at end of input uses ``trio.testing``, which imports pytest where it is
+    installed (here it is): a second or more of every exit, until it was kept out."""
+    workspace = tmp_path / "w"
+    workspace.mkdir()
+    argv = [sys.executable, "-X", "importtime", *RUNTIME[1:], "--workspace", str(workspace)]
+    argv += ["--state-dir", str(tmp_path / "s")]
+    with trio.fail_after(BOUND_S):
+        result = await trio.run_process(
+            argv, stdin=_frame(0, "initialize", {}), capture_stdout=True, capture_stderr=True
+        )
+    imported = {
+        line.rsplit("|", 1)[-1].strip()
+        for line in result.stderr.decode().splitlines()
+        if line.startswith("import time:")
+    }
+    assert "trio.testing" in imported  # the drain ran
+    # (A "pytest" line is the import trio.testing tried and was refused; pytest's own
+    # modules are all under _pytest.)
+    assert not [name for name in imported if name.split(".")[0] == "_pytest"]
+    assert "pytest" in {name.split(".")[0] for name in sys.modules}  # (it could have been)
+
+
 def _frame(request_id: int, method: str, params: Any) -> bytes:
     body = json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
     return permclient.framing.ContentLengthFramer.encode(body.encode())

@@ -64,13 +64,26 @@ class _DrainAtEof(trio.abc.Stream):
     async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
         data = await self.inner.receive_some(max_bytes)
         if not data:
-            import trio.testing  # only at the end: it is a heavy import
-
-            await trio.testing.wait_all_tasks_blocked()
+            await _wait_all_tasks_blocked()
         return data
 
     async def aclose(self) -> None:
         await self.inner.aclose()
+
+
+async def _wait_all_tasks_blocked() -> None:
+    """``trio.testing.wait_all_tasks_blocked``, imported at the end only, and without
+    pytest: ``trio.testing`` imports it where it is installed (for ``RaisesGroup``,
+    which the runtime never uses), and that took a second or more of every exit."""
+    if "trio.testing" not in sys.modules and "pytest" not in sys.modules:
+        sys.modules["pytest"] = None  # type: ignore[assignment]  # its import fails: skipped
+        try:
+            import trio.testing
+        finally:
+            del sys.modules["pytest"]
+    import trio.testing
+
+    await trio.testing.wait_all_tasks_blocked()
 
 
 async def serve(
