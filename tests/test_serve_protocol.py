@@ -128,6 +128,13 @@ def test_every_size_limit_holds_before_or_while_decoding() -> None:
     assert decode_view_message('{"type": "open", "view": "\ud800"}') == Error("not a JSON message")
 
 
+def test_a_message_nested_deeper_than_the_decoder_goes_is_an_error() -> None:
+    # (the type is looked for past the values before it: msgspec stops at its own depth)
+    deep = b'{"x": ' + b"[" * 60_000 + b"]" * 60_000 + b', "type": "new_session"}'
+    assert len(deep) < MAX_MESSAGE
+    assert decode_view_message(deep) == Error("invalid message: nested too deep")
+
+
 @given(st.binary(max_size=300) | st.text(max_size=300))
 def test_no_input_makes_decoding_raise(data: bytes | str) -> None:
     decode_view_message(data)

@@ -122,7 +122,8 @@ async def test_bad_input_gets_an_error_and_the_view_goes_on() -> None:
         with client.permission_handler("s1", relay.handler):
             async with view(authority) as ws:
                 await opened(ws, "tab")
-                for junk in ("not json", "[]", '{"type": "launch"}', '{"type": "open"}'):
+                deep = '{"x": ' + "[" * 60_000 + "]" * 60_000 + ', "type": "open"}'
+                for junk in ("not json", "[]", '{"type": "launch"}', '{"type": "open"}', deep):
                     await ws.send_message(junk)
                     assert (await next_message(ws))["type"] == "error"
                 await ws.send_message(b"\xff\xfe")  # a binary frame

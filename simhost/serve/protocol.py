@@ -336,6 +336,8 @@ def decode_view_message(data: str | bytes) -> ViewMessage | Error:
         return Error(f"invalid message: {_cut(str(exc))}")
     except msgspec.DecodeError:
         return Error("not a JSON message")
+    except RecursionError:  # (msgspec's own limit: the type is looked for past deep values)
+        return Error("invalid message: nested too deep")
     if isinstance(message, Open) and not message.view.isprintable():
         return Error("a view's name must be printable")
     return message
