@@ -37,7 +37,6 @@ from typer.testing import CliRunner
 
 from permclient import Client, Question, deferred
 from permclient.relay import (
-    AnswerRefused,
     Relay,
     RelayOption,
     RelayQuestion,
@@ -61,6 +60,7 @@ from simhost.serve.host import ServeHost
 from simhost.serve.protocol import (
     Answer,
     AnswerBatch,
+    AnswerRefused,
     BatchAnswered,
     BatchItem,
     BatchPreview,

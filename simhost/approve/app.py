@@ -36,7 +36,7 @@ from typing import Final
 import trio
 from rich.text import Text
 
-from permclient.relay import AnswerRefused, RelayQuestion, Requested, Resolved, Withdrawn
+from permclient.relay import RelayQuestion, Requested, Resolved, Withdrawn
 from permclient.rules import MAX_REASON, Effect
 from simhost._digits import small_number
 from simhost.chat.app import DEFAULT_ARM_DELAY_S, REPEAT_GUARD_S, InputMode
@@ -64,6 +64,7 @@ from simhost.serve.protocol import (
     MAX_BATCH,
     Answer,
     AnswerBatch,
+    AnswerRefused,
     BatchAnswered,
     BatchPreview,
     CancelledDecision,
