@@ -37,7 +37,6 @@ from typer.testing import CliRunner
 
 from permclient import Client, Question, deferred
 from permclient.relay import (
-    AnswerRefused,
     Relay,
     RelayOption,
     RelayQuestion,
@@ -55,12 +54,13 @@ from simhost.audit import AUDIT_NAME
 from simhost.chat.backends import AcpBackend
 from simhost.chat.keys import Key
 from simhost.chat.screen import PlainScreen, View
-from simhost.chat.terminal import InputEvent
+from simhost.chat.terminal import InputEvent, Line
 from simhost.rulebook import RULES_NAME, open_rules
 from simhost.serve.host import ServeHost
 from simhost.serve.protocol import (
     Answer,
     AnswerBatch,
+    AnswerRefused,
     BatchAnswered,
     BatchItem,
     BatchPreview,
@@ -71,8 +71,10 @@ from simhost.serve.protocol import (
     RuleOffer,
     RuleOffers,
     RuleReceipt,
+    RuleRevoked,
     RuleRow,
     Rules,
+    RuleSaved,
     SaveRule,
     SessionEvent,
     SessionInfo,
@@ -535,7 +537,7 @@ async def test_a_key_answers_a_card_only_after_half_a_second_and_only_once_in_fl
         assert ui.answers() == []  # typed with other characters: never an answer
         await ui.press(key("1"), key("3"))
         assert ui.answers() == [("q1", {"outcome": "selected", "optionId": "allow"})]
-        ui.approver.receive(AnswerRefused("q1", "withdrawn (timeout)"))
+        ui.approver.receive(AnswerRefused("q1", "withdrawn (timeout)", ref=ui.sent[-1].ref))
         assert "✗ the server refused the answer: withdrawn (timeout); the card asks again" in (
             ui.out.getvalue()
         )
@@ -802,6 +804,7 @@ async def test_a_card_offers_editor_rules_and_one_saved_answers_it_and_later_que
         assert "b  Always deny `git status …` in this workspace, until revoked" in approver.text
         assert not places.rules_file.exists()
         await approver.answer("a")  # a line: saved at once
+        await approver.out.wait_for(f"rule 1 saved: {GIT_STATUS}")
         await approver.out.wait_for("✓ answered by rule 1: Allow  allow_once · local_shell: git")
         await approver.out.wait_for("⚖ rule 1 allowed · local_shell: git status · Session 1 (")
         assert "exit code" in await tab.turn(s1)
@@ -1045,7 +1048,14 @@ def _audit(places: Places) -> list[dict[str, Any]]:
 
 
 def sent_of(ui: Controlled, kind: type[Any]) -> list[Any]:
-    return [message for message in ui.sent if isinstance(message, kind)]
+    """The messages of ``kind`` sent, without their refs."""
+    return [msgspec.structs.replace(m, ref=None) for m in ui.sent if isinstance(m, kind)]
+
+
+def ref_of(ui: Controlled, kind: type[Any]) -> str:
+    """The ref of the last message of ``kind`` sent (its replies carry it)."""
+    ref: str = [message for message in ui.sent if isinstance(message, kind)][-1].ref
+    return ref
 
 
 async def type_line(ui: Controlled, text: str) -> None:
@@ -1087,7 +1097,8 @@ async def test_an_editor_rule_picked_by_key_shows_its_whole_label_and_waits_for_
         await ui.press(key("1"))  # in flight: the card takes no other answer
         assert ui.answers() == []
         # The server says why not: the card asks again (after a fresh look).
-        ui.approver.receive(Error("the rule was not saved: No space left on device"))
+        saving = ref_of(ui, SaveRule)
+        ui.approver.receive(Error("the rule was not saved: No space left on device", ref=saving))
         text = ui.out.getvalue()
         assert "the server: the rule was not saved: No space left on device" in text
         assert "the card asks again · run call-q1 · (s1)" in text
@@ -1096,11 +1107,14 @@ async def test_an_editor_rule_picked_by_key_shows_its_whole_label_and_waits_for_
         await trio.sleep(0.1)
         await ui.press(key("y"))
         assert sent_of(ui, SaveRule)[1:] == [SaveRule("q1", "s1", 0)]
-        ui.approver.receive(Resolved("q1", "selected", "allow", "rule 1"))
+        assert ref_of(ui, SaveRule) != saving  # (a ref of its own)
         rule = ALLOW_X.removeprefix("Always ")
+        ui.approver.receive(RuleSaved(1, rule, ref=ref_of(ui, SaveRule)))
+        ui.approver.receive(Resolved("q1", "selected", "allow", "rule 1"))
         ui.approver.receive(RuleReceipt("s1", "call-q1", "run call-q1", 1, rule, "allowed", "q1"))
         ui.approver.receive(RuleReceipt("s1", "call-q7", "run\x1b[2J", 1, rule, "denied"))
         text = ui.out.getvalue()
+        assert f"rule 1 saved: {rule}" in text
         assert "✓ answered by rule 1: Allow  allow_once · run call-q1 · (s1)" in text
         assert f"⚖ rule 1 allowed · run call-q1 · (s1) · {rule}" in text
         assert "⚖ rule 1 denied · run\\x1b[2J · (s1) · " in text
@@ -1156,12 +1170,14 @@ async def test_commands_are_typed_on_a_line_of_their_own_and_list_and_revoke_rul
             RuleRow(1, "allow", "allow `git status …` in this workspace, until revoked", 2, "/r"),
             RuleRow(2, "deny", "deny `rm …` in every workspace, until revoked", 0, "memory"),
         ]
-        ui.approver.receive(Rules(rows))
+        ui.approver.receive(Rules(rows))  # (news, not the list asked for: not shown)
+        assert "editor rules (a deny rule" not in ui.out.getvalue()
+        ui.approver.receive(Rules(rows, ref=ref_of(ui, ListRules)))
         text = ui.out.getvalue()
         assert "editor rules (a deny rule beats an allow rule)" in text
         assert "memory (until the session ends)" in text
         assert sent_of(ui, RevokeRule) == [RevokeRule(1, rows[0].rule)]
-        ui.approver.receive(Rules(rows))  # (sent before the revocation: it still has it)
+        ui.approver.receive(RuleRevoked(1, rows[0].rule, ref=ref_of(ui, RevokeRule)))
         ui.approver.receive(Rules([msgspec.structs.replace(rows[1], number=1)]))
         assert f"rule 1 revoked: {rows[0].rule}" in ui.out.getvalue()
         assert ui.out.getvalue().count("editor rules (a deny rule") == 1  # news: not shown
@@ -1178,8 +1194,11 @@ async def test_commands_are_typed_on_a_line_of_their_own_and_list_and_revoke_rul
         ui.approver.receive(Rules(renumbered[::-1]))  # (news: the git status rule is back)
         await type_line(ui, "/rules rm 1")
         assert sent_of(ui, RevokeRule)[1:] == [RevokeRule(1, rows[1].rule)]
-        ui.approver.receive(Error("that rule changed or is gone: the list is sent again"))
-        ui.approver.receive(Rules([]))
+        refused = ref_of(ui, RevokeRule)
+        ui.approver.receive(
+            Error("that rule changed or is gone: the list is sent again", ref=refused)
+        )
+        ui.approver.receive(Rules([], ref=refused))
         assert "no editor rules yet: a card's a-d keys save one" in ui.out.getvalue()
         await type_line(ui, "/rules rm x")
         await type_line(ui, "/rules edit")
@@ -1203,10 +1222,11 @@ async def test_a_batch_asks_for_the_card_s_session_lists_then_answers_what_it_li
         assert "usage: /allow-all KIND|GLOB" in ui.out.getvalue()
         await type_line(ui, "/allow-all executes")
         assert sent_of(ui, PreviewBatch) == [PreviewBatch("s1", "allow", "executes")]
-        ui.approver.receive(BatchPreview("s1", "deny", "executes", []))  # not the one asked
+        ui.approver.receive(BatchPreview("s1", "allow", "executes", [], ref="9"))  # not ours
         typed_early = Key("char", "y", at=trio.current_time())
         items = [BatchItem("q3", "run call-q3", "Allow"), BatchItem("q5", "run it", "Allow")]
-        ui.approver.receive(BatchPreview("s1", "allow", "executes", items))
+        asked = ref_of(ui, PreviewBatch)
+        ui.approver.receive(BatchPreview("s1", "allow", "executes", items, ref=asked))
         text = ui.out.getvalue()
         assert (
             "/allow-all executes will answer 2 questions in (s1):\n"
@@ -1218,16 +1238,89 @@ async def test_a_batch_asks_for_the_card_s_session_lists_then_answers_what_it_li
         await trio.sleep(0.1)
         await ui.press(key("y"))
         assert sent_of(ui, AnswerBatch) == [AnswerBatch("s1", "allow", "executes", ["q3", "q5"])]
-        ui.approver.receive(BatchAnswered("s1", "executes", 1))
+        ui.approver.receive(BatchAnswered("s1", "executes", 1, ref=ref_of(ui, AnswerBatch)))
         assert "/allow-all executes: 1 answered" in ui.out.getvalue()
         await type_line(ui, "/deny-all executes")
-        ui.approver.receive(BatchPreview("s1", "deny", "executes", items[:1]))
+        preview = BatchPreview("s1", "deny", "executes", items[:1], ref=ref_of(ui, PreviewBatch))
+        ui.approver.receive(preview)
         await ui.press(key("n"))
         assert "/deny-all executes: nothing answered" in ui.out.getvalue()
         await type_line(ui, "/deny-all reads")
-        ui.approver.receive(BatchPreview("s1", "deny", "reads", []))
+        ui.approver.receive(BatchPreview("s1", "deny", "reads", [], ref=ref_of(ui, PreviewBatch)))
         assert "/deny-all reads: no pending question of (s1)" in ui.out.getvalue()
         assert len(sent_of(ui, AnswerBatch)) == 1 and ui.answers() == []
+
+
+async def test_a_reply_or_an_error_ends_the_wait_of_the_request_its_ref_names_only(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    async with controlled(question("q1", THREE), question("q2", THREE)) as ui:
+        ui.approver.receive(RuleOffers("q1", [RuleOffer(0, "allow", ALLOW_X)]))
+        await trio.sleep(0.5)
+        await ui.press(key("a"))
+        await trio.sleep(0.1)
+        await ui.press(key("y"))
+        await type_line(ui, "/rules")
+        await type_line(ui, "/allow-all reads")
+        saving, listing = ref_of(ui, SaveRule), ref_of(ui, ListRules)
+        previewing = ref_of(ui, PreviewBatch)
+        assert len({saving, listing, previewing}) == 3
+        # Three requests in flight: the preview's error ends the preview's wait only
+        # (the card's rule is still being saved, the list still awaited).
+        ui.approver.receive(Error("not a kind or a path glob: …", ref=previewing))
+        assert ui.hint.startswith("… sent editor rule") and "asks again" not in ui.out.getvalue()
+        ui.approver.receive(BatchPreview("s1", "allow", "reads", [], ref=previewing))  # (late)
+        assert "no pending question" not in ui.out.getvalue()
+        ui.approver.receive(Error("invalid message: Object contains unknown field `x`"))
+        assert ui.hint.startswith("… sent editor rule")  # (names no request of this view's)
+        ui.approver.receive(Rules([], ref=listing))
+        assert "no editor rules yet" in ui.out.getvalue()
+        # The save's own error: its card asks again.
+        ui.approver.receive(
+            Error("the rule is saved, but it does not answer this card", ref=saving)
+        )
+        assert "the card asks again · run call-q1 · (s1)" in ui.out.getvalue()
+        # So does an error for an answer (before, the card stayed in flight for good).
+        await trio.sleep(0.5)
+        await ui.press(key("1"))
+        assert ui.hint.startswith("… sent Allow")
+        ui.approver.receive(Error("invalid message: …", ref=ref_of(ui, Answer)))
+        assert ui.out.getvalue().count("the card asks again · run call-q1 · (s1)") == 2
+        await trio.sleep(1)
+        await ui.press(key("1"))
+        assert len(ui.answers()) == 2
+
+
+async def test_a_line_waits_for_the_reply_its_request_names_not_the_next_one_to_come(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    console, out = watched_console()
+    approver = Approver(PlainScreen(console), "term", input_mode="lines", arm_delay=0)
+    sent: list[ViewMessage] = []
+
+    def to_server(message: ViewMessage) -> bool:
+        sent.append(message)
+        return True
+
+    lines, receive = trio.open_memory_channel[InputEvent](16)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(approver.run, receive)
+        await trio.testing.wait_all_tasks_blocked()
+        approver.opened(to_server, "host:1", [])
+        await lines.send(Line("/rules"))
+        await trio.testing.wait_all_tasks_blocked()
+        (asked,) = sent
+        assert isinstance(asked, ListRules) and asked.ref is not None
+        approver.receive(Error("the agent did not answer within 30 s", ref="another"))
+        approver.receive(Rules([]))  # (news of the rules, before the reply)
+        with trio.move_on_after(1):
+            await approver.wait_ready()
+        assert trio.current_time() == pytest.approx(1)  # (still waiting)
+        approver.receive(Rules([], ref=asked.ref))
+        await approver.wait_ready()  # at once
+        assert trio.current_time() == pytest.approx(1)
+        assert out.getvalue().count("no editor rules yet") == 1
+        approver.quit(0)
 
 
 async def test_lines_wait_a_moment_for_a_card_s_editor_rules(

@@ -24,6 +24,8 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Locator, Page, expect, sync_playwright
 
+from permclient.rules import EditorRule, save_rules
+
 from .interop import NODE_DIR, require_node_packages
 from .serving import served_sync
 
@@ -599,6 +601,39 @@ def test_a_reason_being_typed_when_another_tab_answers_does_not_land_in_the_prom
         expect(prompt).to_have_value("")
         expect(a.transcript().locator(".entry-user")).to_have_count(1)  # (the prompt only)
         expect(a.transcript()).not_to_contain_text("saying")
+
+
+def test_a_prompt_the_server_refuses_says_why_below_it_in_the_tab_that_sent_it(
+    browser: Browser, tabs: list[Tab], tmp_path: Path
+) -> None:
+    workspace, state = places(tmp_path)
+    sleep = EditorRule(
+        effect="allow",
+        scope="workspace",
+        lifetime="revoked",
+        workspace=str(workspace.resolve()),
+        command=("sleep",),
+    )
+    save_rules(state / "rules.toml", [sleep])  # (the turn runs, and asks nothing)
+    with served_sync(workspace, "--state-dir", str(state)) as (url, _):
+        a = open_tab(browser, tabs, url)
+        b = open_tab(browser, tabs, url)
+        a.prompt("run sleep 30")
+        expect(b.page.locator("#turn-state")).to_have_text("turn running")
+        b.prompt("run echo meanwhile")
+        entries = b.transcript().locator(".entry")
+        expect(entries.last).to_have_text(
+            "Not sent to the agent: the session already has a turn running: wait, or cancel it"
+        )
+        expect(entries.last).to_have_class(re.compile(r"\bentry-notice\b"))
+        prompted = entries.nth(-2)  # (right below the prompt)
+        expect(prompted).to_have_class(re.compile(r"\bentry-user\b"))
+        expect(prompted.locator(".body")).to_have_text("run echo meanwhile")
+        expect(b.notices()).to_have_count(0)  # (said by the prompt it was about: once)
+        expect(a.transcript()).not_to_contain_text("Not sent")
+        a.page.get_by_role("button", name="Cancel turn").click()
+        for tab in (a, b):
+            expect(tab.transcript()).to_contain_text("Turn ended: cancelled")
 
 
 READS_AGENT = f"{sys.executable} {FAKE_AGENTS / 'reads_acp_agent.py'}"

@@ -882,6 +882,96 @@ async def test_malformed_or_misdirected_requests_are_errors_and_change_nothing(
         assert a.kept({"type": "error"}) == []
 
 
+async def test_each_reply_names_its_request_by_ref_and_what_every_view_is_told_names_none(
+    places: Places,
+) -> None:
+    async with desk(places) as d, view(d.authority) as ws_a, view(d.authority) as ws_b:
+        a, b = Inbox(ws_a, "A"), Inbox(ws_b, "B")
+        await a.open()
+        await b.open()
+        status = await d.run("s1", "git status")
+        push = await d.run("s1", "git push")
+        q = {}
+        for _ in range(2):
+            question = (await a.take({"type": "requested"}))["question"]
+            q[question["toolCallId"]] = question
+        save = {"type": "save_rule", "questionId": q["c1"]["questionId"], "sessionId": "s1"}
+        preview = {"type": "preview_batch", "sessionId": "s1", "effect": "deny"}
+
+        # Requests in flight at once, one of them waiting for the agent: each reply is
+        # told apart by its ref, in whatever order they come.
+        requests: list[tuple[dict[str, Any], str, str]] = [
+            ({"type": "list_presets", "sessionId": "s1"}, "error", "ACP has no permission presets"),
+            ({**save, "index": 9}, "error", "no such rule offered for that question"),
+            ({**preview, "what": "src/[x"}, "error", "not a kind or a path glob"),
+            ({"type": "prompt", "sessionId": "s9", "text": "hi"}, "error", "no such session"),
+            ({"type": "cancel_turn", "sessionId": "s1"}, "error", "the session has no turn"),
+            ({"type": "set_preset", "sessionId": "s1", "preset": "ask"}, "error", "ACP has no"),
+            ({"type": "list_rules"}, "rules", ""),
+            ({"type": "list_sessions"}, "sessions", ""),
+            ({**preview, "what": "executes"}, "batch_preview", ""),
+        ]
+        for number, (message, _, _) in enumerate(requests):
+            await a.send({**message, "ref": f"r{number}"})
+        for number, (message, kind, says) in enumerate(requests):
+            reply = await a.take({"ref": f"r{number}"})
+            assert reply["type"] == kind and reply.get("reason", "").startswith(says), message
+        assert [m for m in a.backlog if "ref" in m] == []  # (one reply each)
+
+        # Saving a rule: the view that asked is told which rule it is; every view gets
+        # the news (the list, the answers, the receipts), with no ref.
+        await a.send({**save, "index": 1, "ref": "save"})  # (always deny git status)
+        deny_status = "deny `git status …` in this workspace, until revoked"
+        saved = await a.take({"ref": "save"})
+        assert saved == {"type": "rule_saved", "number": 1, "rule": deny_status, "ref": "save"}
+        for inbox in (a, b):
+            news = [
+                await inbox.take({"type": "rules"}),
+                await inbox.take({"type": "resolved", "questionId": q["c1"]["questionId"]}),
+                await inbox.take({"type": "rule_receipt"}),
+                await inbox.take({"type": "rules"}),
+            ]
+            assert [m for m in news if "ref" in m] == []
+        await a.send({**preview, "what": "executes", "ref": "again"})
+        listed = await a.take({"ref": "again"})
+        assert [item["questionId"] for item in listed["questions"]] == [q["c2"]["questionId"]]
+        batch = {**preview, "type": "answer_batch", "what": "executes", "ref": "batch"}
+        await a.send({**batch, "questionIds": [q["c2"]["questionId"]]})
+        answered = await a.take({"ref": "batch"})
+        assert answered == {
+            "type": "batch_answered",
+            "sessionId": "s1",
+            "what": "executes",
+            "answered": 1,
+            "ref": "batch",
+        }
+        assert "ref" not in await b.take({"type": "resolved", "questionId": q["c2"]["questionId"]})
+
+        # Revoking: refused, an error then the list as it is, both with the ref; done,
+        # the view that asked is told which rule went, and every view gets the list.
+        await b.send({"type": "revoke_rule", "number": 1, "rule": "stale", "ref": "stale"})
+        refused = [await b.take({"ref": "stale"}), await b.take({"ref": "stale"})]
+        assert [m["type"] for m in refused] == ["error", "rules"]
+        assert rows(refused[1]) == [(1, "deny", deny_status, 1)]
+        await b.send({"type": "revoke_rule", "number": 1, "rule": deny_status, "ref": "go"})
+        revoked = await b.take({"ref": "go"})
+        assert revoked == {"type": "rule_revoked", "number": 1, "rule": deny_status, "ref": "go"}
+        for inbox in (a, b):
+            assert "ref" not in await inbox.take({"type": "rules", "rules": []})
+        assert await d.answers(2) == {status: selected("deny"), push: selected("deny")}
+        await a.send({"type": "new_session", "ref": "new"})
+        await _reply(d.peer, "session/new", {"sessionId": "s3"})
+        for inbox in (a, b):
+            created = await inbox.take({"type": "session_event", "event": "created"})
+            assert created["view"] == "A" and "ref" not in created
+        # A view is told no other view's replies.
+        await a.send({"type": "list_rules", "ref": "a-last"})
+        await b.send({"type": "list_rules", "ref": "b-last"})
+        await a.take({"ref": "a-last"})
+        await b.take({"ref": "b-last"})
+        assert [m.get("ref") for m in a.backlog + b.backlog if "ref" in m] == []
+
+
 async def test_a_rules_file_with_a_rule_that_cannot_be_read_is_never_rewritten(
     places: Places,
 ) -> None:

@@ -20,7 +20,16 @@ from simhost.serve.protocol import MAX_MESSAGE, Presets
 from simhost.serve.server import SECURITY_HEADERS, Gate, serve_relay
 
 from .peer import CANCELLED, connected, selected
-from .serving import TOKEN, WAIT_S, freed_quietly, next_message, opened, sockets_freed_quietly, view
+from .serving import (
+    TOKEN,
+    WAIT_S,
+    freed_quietly,
+    next_message,
+    opened,
+    send,
+    sockets_freed_quietly,
+    view,
+)
 
 sockets_freed_quietly = pytest.fixture(autouse=True)(sockets_freed_quietly)
 
@@ -122,7 +131,8 @@ async def test_bad_input_gets_an_error_and_the_view_goes_on() -> None:
         with client.permission_handler("s1", relay.handler):
             async with view(authority) as ws:
                 await opened(ws, "tab")
-                for junk in ("not json", "[]", '{"type": "launch"}', '{"type": "open"}'):
+                deep = '{"x": ' + "[" * 60_000 + "]" * 60_000 + ', "type": "open"}'
+                for junk in ("not json", "[]", '{"type": "launch"}', '{"type": "open"}', deep):
                     await ws.send_message(junk)
                     assert (await next_message(ws))["type"] == "error"
                 await ws.send_message(b"\xff\xfe")  # a binary frame
@@ -150,6 +160,57 @@ async def test_bad_input_gets_an_error_and_the_view_goes_on() -> None:
             assert (await peer.receive())["result"] == selected("allow")
 
 
+async def test_every_reply_carries_its_request_s_ref_and_what_every_view_is_told_none() -> None:
+    relay = Relay()
+    async with connected("acp") as (client, peer), serving(relay) as authority:
+        with client.permission_handler("s1", relay.handler):
+            async with view(authority) as a, view(authority) as b:
+                await send(a, {"type": "open", "view": "A", "ref": "o1"})
+                opened_a = {"type": "opened", "view": "A", "version": 1, "ref": "o1"}
+                assert await next_message(a) == opened_a
+                assert await next_message(a) == {"type": "replayed", "count": 0}
+                assert await opened(b, "B") == []
+                await peer.ask_permission("s1", "c1")
+                requested = await next_message(a)
+                assert await next_message(b) == requested and "ref" not in requested
+                question_id = requested["question"]["questionId"]
+                allow = {
+                    "type": "answer",
+                    "questionId": question_id,
+                    "sessionId": "s1",
+                    "decision": {"outcome": "selected", "optionId": "allow"},
+                }
+                await send(a, {**allow, "sessionId": "s2", "ref": "a1"})
+                assert await next_message(a) == {
+                    "type": "answer_refused",
+                    "questionId": question_id,
+                    "reason": "the answer names another session",
+                    "ref": "a1",
+                }
+                # Each error names the message that caused it, if it named itself validly.
+                for message, ref, says in [
+                    ({"type": "launch", "ref": "x1"}, "x1", "invalid message"),
+                    ({"type": "open", "ref": "x2"}, "x2", "already open"),
+                    ({"type": "list_rules", "ref": "x3"}, "x3", "not served here: ListRules"),
+                    ({"type": "list_rules", "ref": "x" * 65}, None, "invalid message"),
+                    ({"type": "list_rules", "ref": "\u2029"}, None, "a ref must be printable"),
+                    ({"type": "list_rules", "ref": {"r": 1}}, None, "invalid message"),
+                    ({"type": "list_rules"}, None, "not served here: ListRules"),
+                ]:
+                    await send(a, message)
+                    error = await next_message(a)
+                    assert error["type"] == "error" and error["reason"].startswith(says)
+                    assert error.get("ref") == ref, (message, error)
+                await a.send_message('{"ref": "x4", "type": ')  # (not JSON: nothing to read)
+                assert await next_message(a) == {"type": "error", "reason": "not a JSON message"}
+                # An answer that lands is told to every view, with no ref: no one asked.
+                await send(a, {**allow, "ref": "a2"})
+                for each in (a, b):
+                    resolved = await next_message(each)
+                    assert resolved["type"] == "resolved" and "ref" not in resolved
+                assert (await peer.receive())["result"] == selected("allow")
+
+
 async def test_a_message_over_the_limit_closes_that_view_only() -> None:
     relay = Relay()
     async with serving(relay) as authority:
@@ -165,14 +226,14 @@ async def test_a_message_over_the_limit_closes_that_view_only() -> None:
             assert await opened(other, "other") == []
 
 
-async def test_a_view_must_open_first() -> None:
+@pytest.mark.parametrize("ref", [None, "first"])
+async def test_a_view_must_open_first(ref: str | None) -> None:
     async with serving(Relay()) as authority:
         async with view(authority) as ws:
-            await ws.send_message(json.dumps({"type": "list_sessions"}))
-            assert await next_message(ws) == {
-                "type": "error",
-                "reason": "the first message must be open",
-            }
+            first = {"type": "list_sessions", "ref": ref} if ref else {"type": "list_sessions"}
+            await send(ws, first)
+            error = {"type": "error", "reason": "the first message must be open"}
+            assert await next_message(ws) == ({**error, "ref": ref} if ref else error)
             with pytest.raises(ConnectionClosed) as closed:
                 await next_message(ws)
             assert closed.value.reason.code == 1008
@@ -413,10 +474,11 @@ async def test_a_view_has_a_bounded_number_of_requests_in_flight() -> None:
         async def slow() -> None:
             await release.wait()
 
-        for _ in range(REQUESTS_PER_VIEW + 1):
-            host.start_request(listener, slow)
+        for number in range(REQUESTS_PER_VIEW + 1):
+            host.start_request(listener, slow, f"r{number}")
         refused = await listener.receive()
         assert isinstance(refused, Error) and "in flight" in refused.reason
+        assert refused.ref == f"r{REQUESTS_PER_VIEW}"  # (the one refused, not one in flight)
         release.set()
         await trio.testing.wait_all_tasks_blocked()
         assert listener.requests == 0
@@ -466,8 +528,9 @@ async def test_a_session_with_no_id_is_an_error_for_the_view_not_the_end_of_the_
         async def created() -> None:
             await host.new_session()
 
-        host.start_request(listener, created)
+        host.start_request(listener, created, "n1")
         await _reply(peer, await _request_of(peer, "session/new"), {"sessionId": ""})
         told = await listener.receive()
         assert isinstance(told, Error) and "with no id" in told.reason
+        assert told.ref == "n1"  # (the request's, though the reply came later)
         assert list(host.sessions) == ["s1"] and host.prompt("s1", "still here") is None

@@ -11,8 +11,10 @@ terminal.
 * A question leaves only when the server says it ended (``resolved``,
   ``withdrawn``), never when the person answers: until then its card says the
   answer (or the rule being saved) is in flight and takes no other.
-  ``answer_refused``, or an ``error`` while a rule is being saved, makes it
-  answerable again.
+  ``answer_refused``, or an ``error`` for that answer or rule, makes it answerable
+  again.
+* Every request carries a ``ref`` of its own, and the server's replies name it: a
+  reply or an ``error`` ends the wait of the request it names, and no other.
 * The chat's rules decide whether a key answers a card: the card has been on
   screen for ``arm_delay`` before the key was read, the key was read alone (not in
   a burst), it is not the auto-repeat of the key that answered the card before,
@@ -29,14 +31,17 @@ terminal.
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+import msgspec
 import trio
 from rich.text import Text
 
-from permclient.relay import AnswerRefused, RelayQuestion, Requested, Resolved, Withdrawn
+from permclient.relay import RelayQuestion, Requested, Resolved, Withdrawn
 from permclient.rules import MAX_REASON, Effect
 from simhost._digits import small_number
 from simhost.chat.app import DEFAULT_ARM_DELAY_S, REPEAT_GUARD_S, InputMode
@@ -64,6 +69,7 @@ from simhost.serve.protocol import (
     MAX_BATCH,
     Answer,
     AnswerBatch,
+    AnswerRefused,
     BatchAnswered,
     BatchPreview,
     CancelledDecision,
@@ -74,8 +80,10 @@ from simhost.serve.protocol import (
     RuleOffer,
     RuleOffers,
     RuleReceipt,
+    RuleRevoked,
     RuleRow,
     Rules,
+    RuleSaved,
     SaveRule,
     SelectedDecision,
     ServerMessage,
@@ -151,11 +159,12 @@ class _Reasoning:
 
 @dataclass(frozen=True)
 class _Sent:
-    """An answer (or a rule being saved, ``saving``) in flight: the card stays until
-    the server says how its question ended."""
+    """An answer (or a rule being saved, ``saving``) in flight, as ``ref``: the card
+    stays until the server says how its question ended."""
 
     card: Approval
     what: Text
+    ref: str
     saving: bool = False
 
 
@@ -170,15 +179,7 @@ class _Batch:
     what: str
     question_ids: tuple[str, ...] = ()
     listed_at: float = 0.0  # when the list was printed (trio clock)
-
-
-@dataclass
-class _Revoking:
-    """``revoke_rule`` sent: its outcome is the next list without it, or an error."""
-
-    number: int
-    words: str
-    listed_since: list[RuleRow] | None = None  # a list that still had it
+    ref: str = ""  # of its request in flight (preview_batch, then answer_batch)
 
 
 class Approver:
@@ -221,12 +222,13 @@ class Approver:
         self._confirming: _Confirming | None = None
         self._reasoning: _Reasoning | None = None
         self._line_had_text = False  # the command line, as the last sync saw it
+        self._refs = itertools.count(1)  # of the requests sent (see _ask)
         # Editor rules and batches: what was asked of the server, and what it said.
-        self._rules_wanted = False  # print the next list
+        self._listing: str | None = None  # the list_rules (or revoke_rule) whose list is shown
         self._revoke_after: int | None = None  # /rules rm N before any list was shown
         self._rule_list: list[RuleRow] | None = None  # the last list shown
         self._latest_rules: list[RuleRow] | None = None  # the last list the server sent
-        self._revoking: _Revoking | None = None
+        self._revoking: str | None = None  # revoke_rule sent
         self._previewing: _Batch | None = None  # preview_batch sent
         self._batch: _Batch | None = None  # listed, waiting for y/N
         self._batch_sent: _Batch | None = None  # answer_batch sent
@@ -291,7 +293,7 @@ class Approver:
             if sum(question_id not in self._by_id for question_id in ids) >= answered:
                 self._batch_leaving = leaving = None
         return (
-            self._rules_wanted
+            self._listing is not None
             or self._revoking is not None
             or self._previewing is not None
             or self._batch_sent is not None
@@ -365,7 +367,11 @@ class Approver:
         elif isinstance(message, RuleReceipt):
             self._receipt(message)
         elif isinstance(message, Rules):
-            self._rules(message.rules)
+            self._rules(message)
+        elif isinstance(message, RuleSaved):
+            self._rule_saved(message)
+        elif isinstance(message, RuleRevoked):
+            self._rule_revoked(message)
         elif isinstance(message, BatchPreview):
             self._preview(message)
         elif isinstance(message, BatchAnswered):
@@ -376,7 +382,7 @@ class Approver:
             if message.event == "created":
                 self.titles[message.session_id] = message.text or None
         elif isinstance(message, Error):
-            self._error(message.reason)
+            self._error(message)
         self._sync()
 
     def unreadable(self, why: str) -> None:
@@ -450,9 +456,9 @@ class Approver:
 
     def _refused(self, refused: AnswerRefused) -> None:
         approval = self._by_id.get(refused.question_id)
-        if approval is not None and self._sent is not None and self._sent.card is approval:
+        if self._sent is not None and refused.ref == self._sent.ref:
+            self._sent.card.shown_at = None  # answerable again, after a fresh look
             self._sent = None
-            approval.shown_at = None  # answerable again, after a fresh look
         line = Text("✗ the server refused the answer: ", style="red")
         line.append_text(escaped(refused.reason, "red", limit=_SERVER_CHARS))
         if approval is None:
@@ -461,26 +467,30 @@ class Approver:
         line.append("; the card asks again", style="red")
         self._told(line, approval)
 
-    def _error(self, reason: str) -> None:
-        """The server's ``error``: it names no request, so it ends every wait for a reply
-        (a refused revocation is followed by the list, shown), and a rule being saved
-        leaves its card answerable again."""
-        self._server_says("the server: ", reason)
-        revoking = self._revoking
-        self._forget_requests()
-        if revoking is not None:  # "that rule changed or is gone: the list is sent again"
-            if revoking.listed_since is not None:
-                self._show_rules(revoking.listed_since)
-            else:
-                self._rules_wanted = True
+    def _error(self, error: Error) -> None:
+        """The server's ``error``: it ends the wait of the request its ref names. An
+        answer or a rule being saved leaves its card answerable again; a refused
+        revocation is followed by the list as it is, shown."""
+        self._server_says("the server: ", error.reason)
+        ref = error.ref or None
+        if ref is None:
+            return  # (no request of ours: each has a ref)
         sent = self._sent
-        if sent is not None and sent.saving:
+        if sent is not None and ref == sent.ref:
             self._sent = None
             sent.card.shown_at = None  # answerable again, after a fresh look
             self._told(Text("the card asks again", style="yellow"), sent.card)
+        elif ref == self._revoking:  # "that rule changed or is gone: the list is sent again"
+            self._revoking, self._listing = None, ref
+        elif ref == self._listing:
+            self._listing, self._revoke_after = None, None
+        elif self._previewing is not None and ref == self._previewing.ref:
+            self._previewing = None
+        elif self._batch_sent is not None and ref == self._batch_sent.ref:
+            self._batch_sent = None
 
     def _forget_requests(self) -> None:
-        self._rules_wanted, self._revoke_after, self._revoking = False, None, None
+        self._listing, self._revoke_after, self._revoking = None, None, None
         self._previewing, self._batch_sent, self._batch_leaving = None, None, None
 
     def _told(self, line: Text, approval: Approval, tail: Text | None = None) -> None:
@@ -530,31 +540,29 @@ class Approver:
         """Ask the server to keep ``offer``: it answers the card (and every pending
         question it covers), or the server says why not."""
         question = self._asked[card].question
-        message = SaveRule(question.question_id, question.session_id, offer.index)
-        if self._send is None or not self._send(message):
+        ref = self._ask(SaveRule(question.question_id, question.session_id, offer.index))
+        if ref is None:
             self._note("not connected: no rule was saved", style="red")
             return
         what = Text("editor rule ")
         what.append_text(escaped(offer.label, limit=_SERVER_CHARS))
-        self._sent = _Sent(card, what, saving=True)
+        self._sent = _Sent(card, what, ref, saving=True)
 
-    def _rules(self, rows: list[RuleRow]) -> None:
-        """A list of the rules: the server's reply to ``list_rules``, or its news. (A
-        refused revocation's ``error`` comes before the list the server sends again.)"""
-        self._latest_rules = rows
-        revoking = self._revoking
-        if revoking is not None:
-            if any(row.number == revoking.number and row.rule == revoking.words for row in rows):
-                revoking.listed_since = rows  # (sent before the revocation, or refused)
-            else:
-                self._revoking = None
-                line = Text(f"rule {revoking.number} revoked: ", style="green")
-                line.append_text(escaped(revoking.words, limit=_LABEL_CHARS))
-                self.screen.print(line)
-        if not self._rules_wanted:
-            return  # news: the person sees a list only when asking for one
-        self._rules_wanted = False
-        self._show_rules(rows)
+    def _rule_saved(self, saved: RuleSaved) -> None:
+        """This view's rule was kept (only the view that saved it is told): its card
+        leaves as the rule answers it."""
+        line = Text(f"rule {saved.number} saved: ", style="green")
+        line.append_text(escaped(saved.rule, limit=_LABEL_CHARS))
+        self.screen.print(line)
+
+    def _rules(self, rules: Rules) -> None:
+        """A list of the rules: shown if it is the reply to this view's ``list_rules``
+        (or refused ``revoke_rule``); the server's news is kept, not shown."""
+        self._latest_rules = rules.rules
+        if self._listing is None or rules.ref != self._listing:
+            return
+        self._listing = None
+        self._show_rules(rules.rules)
         number, self._revoke_after = self._revoke_after, None
         if number is not None:
             self._revoke(number)
@@ -589,24 +597,37 @@ class Approver:
             self._note(f"rule {number} changed or is gone since the last list: nothing revoked")
             self._show_rules(latest)
             return
-        if self._request(RevokeRule(number, row.rule)):
-            self._revoking = _Revoking(number, row.rule)
+        if (ref := self._request(RevokeRule(number, row.rule))) is not None:
+            self._revoking = ref
 
-    def _request(self, message: ViewMessage) -> bool:
-        if self._send is None or not self._send(message):
+    def _rule_revoked(self, revoked: RuleRevoked) -> None:
+        """A revocation of this view's took (only the view that revoked it is told)."""
+        if revoked.ref == self._revoking:
+            self._revoking = None
+        line = Text(f"rule {revoked.number} revoked: ", style="green")
+        line.append_text(escaped(revoked.rule, limit=_LABEL_CHARS))
+        self.screen.print(line)
+
+    def _ask(self, message: ViewMessage) -> str | None:
+        """Send ``message`` with a ref of its own: the ref its replies carry, or None if
+        it could not be sent."""
+        ref = str(next(self._refs))
+        if self._send is None or not self._send(msgspec.structs.replace(message, ref=ref)):
+            return None
+        return ref
+
+    def _request(self, message: ViewMessage) -> str | None:
+        """:meth:`_ask`, saying so when it could not be sent."""
+        ref = self._ask(message)
+        if ref is None:
             self._note("not connected: nothing was asked", style="red")
-            return False
-        return True
+        return ref
 
     # -------------------------------------------------------------------- batches
 
     def _preview(self, preview: BatchPreview) -> None:
         asked = self._previewing
-        if asked is None or (asked.session_id, asked.effect, asked.what) != (
-            preview.session_id,
-            preview.effect,
-            preview.what,
-        ):
+        if asked is None or preview.ref != asked.ref:
             return  # not the one asked for last
         self._previewing = None
         questions = preview.questions
@@ -640,15 +661,12 @@ class Approver:
             self._note(f"{one_line(batch.command)}: nothing answered")
             return
         message = AnswerBatch(batch.session_id, batch.effect, batch.what, list(batch.question_ids))
-        if self._request(message):
-            self._batch_sent = batch
+        if (ref := self._request(message)) is not None:
+            self._batch_sent = dataclasses.replace(batch, ref=ref)
 
     def _batch_answered(self, answered: BatchAnswered) -> None:
         sent = self._batch_sent
-        if sent is not None and (sent.session_id, sent.what) == (
-            answered.session_id,
-            answered.what,
-        ):
+        if sent is not None and answered.ref == sent.ref:
             self._batch_sent = None
             self._note(f"{one_line(sent.command)}: {answered.answered} answered", style="green")
             self._batch_leaving = (sent.question_ids, answered.answered)
@@ -856,11 +874,11 @@ class Approver:
     ) -> None:
         """Send the answer; the card stays until the server says how its question ended."""
         question = self._asked[card].question
-        message = Answer(question.question_id, question.session_id, decision, reason)
-        if self._send is None or not self._send(message):
+        ref = self._ask(Answer(question.question_id, question.session_id, decision, reason))
+        if ref is None:
             self._note("not connected: nothing was answered", style="red")
             return
-        self._sent = _Sent(card, what)
+        self._sent = _Sent(card, what, ref)
 
     def _command(self, line: str) -> None:
         name, _, arg = line.partition(" ")
@@ -879,16 +897,16 @@ class Approver:
     def _cmd_rules(self, arg: str) -> None:
         verb, _, rest = arg.partition(" ")
         if not verb:
-            if self._request(ListRules()):
-                self._rules_wanted = True
+            if (ref := self._request(ListRules())) is not None:
+                self._listing = ref
         elif verb == "rm":
             number = small_number(rest.strip())
             if number is None:
                 self._note("usage: /rules rm N (N from /rules)", style="red")
             elif self._rule_list is not None:
                 self._revoke(number)
-            elif self._request(ListRules()):  # no list shown yet: list them first
-                self._rules_wanted, self._revoke_after = True, number
+            elif (ref := self._request(ListRules())) is not None:  # no list yet: list first
+                self._listing, self._revoke_after = ref, number
         else:
             self._note("usage: /rules, /rules rm N", style="red")
 
@@ -908,8 +926,8 @@ class Approver:
             )
             return
         effect: Effect = "allow" if command == "/allow-all" else "deny"
-        if self._request(PreviewBatch(card.session_id, effect, what)):
-            self._previewing = _Batch(f"{command} {what}", card.session_id, effect, what)
+        if (ref := self._request(PreviewBatch(card.session_id, effect, what))) is not None:
+            self._previewing = _Batch(f"{command} {what}", card.session_id, effect, what, ref=ref)
 
     def _note(self, message: str, style: str = "yellow") -> None:
         self.screen.print(Text(message, style=style))

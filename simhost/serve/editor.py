@@ -40,8 +40,10 @@ from .protocol import (
     RuleOffer,
     RuleOffers,
     RuleReceipt,
+    RuleRevoked,
     RuleRow,
     Rules,
+    RuleSaved,
     ServerMessage,
 )
 
@@ -208,8 +210,9 @@ class EditorDesk:
             )
         return Rules(rows)
 
-    def save_rule(self, question_id: str, session_id: str, index: int) -> Error | None:
-        """Keep the offered rule; it answers the question and every pending one it covers."""
+    def save_rule(self, question_id: str, session_id: str, index: int) -> RuleSaved | Error:
+        """Keep the offered rule; it answers the question and every pending one it covers.
+        An :class:`Error` if it is not kept, or kept but cannot answer the question."""
         offers = self._offers.get(question_id)
         entry = self._pending.get(question_id)
         if offers is None or entry is None or entry[0].session_id != session_id:
@@ -222,7 +225,8 @@ class EditorDesk:
         except OSError as exc:
             return Error(f"the rule was not saved: {exc.strerror or exc}")
         self._broadcast(self.rules())
-        detail = f"rule {number}: {rule.describe(self.engine.workspace)}"
+        described = rule.describe(self.engine.workspace)
+        detail = f"rule {number}: {described}"
         for pending_id, (_question, request) in list(self._pending.items()):
             found = self.engine.match(request) if request is not None else None
             if found is None or found.rule is not rule:
@@ -240,9 +244,9 @@ class EditorDesk:
                 "the rule is saved, but it does not answer this card (no option of the kind "
                 "it needs): choose an option"
             )
-        return None
+        return RuleSaved(number, described)
 
-    def revoke(self, number: int, words: str) -> Error | None:
+    def revoke(self, number: int, words: str) -> RuleRevoked | Error:
         rules = self.engine.rules
         if (
             not 1 <= number <= len(rules)
@@ -254,7 +258,7 @@ class EditorDesk:
         except OSError as exc:
             return Error(f"the rule was not revoked: {exc.strerror or exc}")
         self._broadcast(self.rules())
-        return None
+        return RuleRevoked(number, words)
 
     # ---------------------------------------------------------------- batches
 

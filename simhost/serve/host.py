@@ -35,7 +35,16 @@ from simhost.chat.backends import Backend, Unsupported
 from simhost.rulebook import RuleBook
 
 from .editor import EditorDesk
-from .protocol import Error, Presets, ServerMessage, SessionEvent, SessionInfo, Sessions
+from .protocol import (
+    Error,
+    Presets,
+    Reply,
+    ServerMessage,
+    SessionEvent,
+    SessionInfo,
+    Sessions,
+    with_ref,
+)
 
 __all__ = ["Listener", "ServeHost", "ServedSession"]
 
@@ -331,23 +340,31 @@ class ServeHost:
         return Presets(session.session_id, list(session.presets), session.preset or "", pending)
 
     def start_request(
-        self, listener: Listener, request: Callable[[], Awaitable[ServerMessage | None]]
+        self,
+        listener: Listener,
+        request: Callable[[], Awaitable[Reply | None]],
+        ref: str | None = None,
     ) -> None:
         """Run a view's request against the agent in the host's own task (a view that
         goes away does not abandon it halfway), within :data:`AGENT_WAIT_S`; its
-        reply, or the :class:`Error` that says why there is none, goes to that view.
-        A view has at most REQUESTS_PER_VIEW of them in flight."""
+        reply, or the :class:`Error` that says why there is none, goes to that view
+        with the request's ``ref``. A view has at most REQUESTS_PER_VIEW of them in
+        flight."""
         assert self._nursery is not None
         if listener.requests >= REQUESTS_PER_VIEW:
-            listener.deliver(Error(f"{REQUESTS_PER_VIEW} requests are in flight: wait for them"))
+            busy = Error(f"{REQUESTS_PER_VIEW} requests are in flight: wait for them")
+            listener.deliver(with_ref(busy, ref))
             return
         listener.requests += 1
-        self._nursery.start_soon(self._request, listener, request)
+        self._nursery.start_soon(self._request, listener, request, ref)
 
     async def _request(
-        self, listener: Listener, request: Callable[[], Awaitable[ServerMessage | None]]
+        self,
+        listener: Listener,
+        request: Callable[[], Awaitable[Reply | None]],
+        ref: str | None,
     ) -> None:
-        reply: ServerMessage | None
+        reply: Reply | None
         try:
             with trio.fail_after(AGENT_WAIT_S):
                 reply = await request()
@@ -356,7 +373,7 @@ class ServeHost:
         finally:
             listener.requests -= 1
         if reply is not None:
-            listener.deliver(reply)
+            listener.deliver(with_ref(reply, ref))
 
     def _why(self, exc: Exception) -> str:
         """What a view is told of a request to the agent that failed."""

@@ -7,18 +7,24 @@ generated from them (:func:`json_schema`). A view's message is decoded by
 well-formed message of a known type, within MAX_MESSAGE bytes, is an
 :class:`Error` to send back, and changes nothing.
 
-The question events (``requested``, ``resolved``, ``withdrawn``,
-``answer_refused``) are :mod:`permclient.relay`'s, unchanged.
+A view's message may carry a ``ref`` of its choosing; every :class:`Reply` it
+causes carries it back (:func:`with_ref`), so a view matches replies to its
+requests by ref rather than by timing. Broadcasts carry none.
+
+The question events (``requested``, ``resolved``, ``withdrawn``) are
+:mod:`permclient.relay`'s, unchanged; ``answer_refused`` is its
+:class:`~permclient.relay.AnswerRefused` with the ``ref``.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Final, Literal, TypeAlias
+from typing import Annotated, Any, Final, Literal, TypeAlias, TypeVar
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
-from permclient.relay import AnswerRefused, Requested, Resolved, Withdrawn
+from permclient.relay import Requested, Resolved, Withdrawn
 from permclient.rules import MAX_REASON
 
 PROTOCOL_VERSION: Final = 1
@@ -34,6 +40,7 @@ MAX_PROMPT: Final = 32 * 1024  # characters
 MAX_MESSAGE: Final = 4 * MAX_PROMPT + 4096
 MAX_NAME: Final = 64
 MAX_BATCH: Final = 1000  # questions one batch answer names
+MAX_REF: Final = 64
 
 # A preset's id: the agent's (the reference runtime has ask, read-only, auto-edit).
 Preset: TypeAlias = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NAME)]
@@ -41,10 +48,17 @@ ViewName: TypeAlias = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_N
 PromptText: TypeAlias = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_PROMPT)]
 ReasonText: TypeAlias = Annotated[str, msgspec.Meta(max_length=MAX_REASON)]
 BatchWhat: TypeAlias = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
+# A view's name for one of its requests (printable: checked after decoding, as a
+# view's name is).
+Ref: TypeAlias = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_REF)]
 
 
-class _ViewMessage(msgspec.Struct, tag_field="type", rename="camel", forbid_unknown_fields=True):
-    pass
+class _ViewMessage(
+    msgspec.Struct, tag_field="type", rename="camel", forbid_unknown_fields=True, kw_only=True
+):
+    """``ref``, in any message: echoed in every reply to it."""
+
+    ref: Ref | None = None
 
 
 class Open(_ViewMessage, tag="open"):
@@ -178,7 +192,14 @@ class _ServerMessage(msgspec.Struct, tag_field="type", rename="camel"):
     pass
 
 
-class Opened(_ServerMessage, tag="opened"):
+class _Reply(_ServerMessage, kw_only=True):
+    """A message a view's request may cause: it carries that request's ``ref``, if it
+    had one (absent otherwise, and in what every view is told)."""
+
+    ref: Ref | UnsetType = UNSET
+
+
+class Opened(_Reply, tag="opened"):
     """The view is in; the replay (a ``requested`` per pending question) follows,
     then ``replayed``."""
 
@@ -199,7 +220,7 @@ class SessionInfo(msgspec.Struct, rename="camel"):
     running: bool  # a turn is under way
 
 
-class Sessions(_ServerMessage, tag="sessions"):
+class Sessions(_Reply, tag="sessions"):
     sessions: list[SessionInfo]
 
 
@@ -214,7 +235,7 @@ class SessionEvent(_ServerMessage, tag="session_event"):
     view: str = ""
 
 
-class Presets(_ServerMessage, tag="presets"):
+class Presets(_Reply, tag="presets"):
     """A session's presets: the one in force, and one held for the next turn."""
 
     session_id: str
@@ -259,11 +280,25 @@ class RuleRow(msgspec.Struct, rename="camel"):
     kept_in: str  # a file, or "memory"
 
 
-class Rules(_ServerMessage, tag="rules"):
-    """Every editor rule, numbered (sent on ``list_rules`` and to every view when
-    they change)."""
+class Rules(_Reply, tag="rules"):
+    """Every editor rule, numbered (sent on ``list_rules``, after a refused
+    ``revoke_rule``, and to every view when they change)."""
 
     rules: list[RuleRow]
+
+
+class RuleSaved(_Reply, tag="rule_saved"):
+    """A ``save_rule`` kept its rule, now rule ``number``, and it answered the question."""
+
+    number: int
+    rule: str
+
+
+class RuleRevoked(_Reply, tag="rule_revoked"):
+    """A ``revoke_rule`` revoked rule ``number`` (the numbers after it moved up)."""
+
+    number: int
+    rule: str
 
 
 class BatchItem(msgspec.Struct, rename="camel"):
@@ -272,7 +307,7 @@ class BatchItem(msgspec.Struct, rename="camel"):
     option_name: str
 
 
-class BatchPreview(_ServerMessage, tag="batch_preview"):
+class BatchPreview(_Reply, tag="batch_preview"):
     """What a ``preview_batch`` would answer now, oldest first, with the option each
     would get: an ``answer_batch`` names these ``questionId``s."""
 
@@ -282,7 +317,7 @@ class BatchPreview(_ServerMessage, tag="batch_preview"):
     questions: list[BatchItem]
 
 
-class BatchAnswered(_ServerMessage, tag="batch_answered"):
+class BatchAnswered(_Reply, tag="batch_answered"):
     """How many of the questions an ``answer_batch`` named it answered (every view
     gets their ``resolved``)."""
 
@@ -291,10 +326,39 @@ class BatchAnswered(_ServerMessage, tag="batch_answered"):
     answered: int
 
 
-class Error(_ServerMessage, tag="error"):
+class AnswerRefused(_Reply, tag="answer_refused"):
+    """An ``answer`` that changed nothing, and why (the relay's
+    :class:`~permclient.relay.AnswerRefused`)."""
+
+    question_id: str
+    reason: str
+
+
+class Error(_Reply, tag="error"):
     """The view's message changed nothing, and why."""
 
     reason: str
+
+
+Reply: TypeAlias = (
+    Opened
+    | AnswerRefused
+    | Sessions
+    | Presets
+    | Rules
+    | RuleSaved
+    | RuleRevoked
+    | BatchPreview
+    | BatchAnswered
+    | Error
+)
+"""What may carry a ``ref``: the replies to a view's message."""
+ReplyT = TypeVar("ReplyT", bound=Reply)
+
+
+def with_ref(reply: ReplyT, ref: str | None) -> ReplyT:
+    """``reply``, carrying the ``ref`` of the request it answers (a copy, if it had one)."""
+    return reply if ref is None else msgspec.structs.replace(reply, ref=ref)
 
 
 ServerMessage: TypeAlias = (
@@ -310,17 +374,28 @@ ServerMessage: TypeAlias = (
     | RuleOffers
     | RuleReceipt
     | Rules
+    | RuleSaved
+    | RuleRevoked
     | BatchPreview
     | BatchAnswered
     | Error
 )
 
+
+class _RefOnly(msgspec.Struct):
+    """What a message that does not decode may still say: its ref."""
+
+    ref: Ref | None = None
+
+
 _view_decoder: Final = msgspec.json.Decoder(ViewMessage)
+_ref_decoder: Final = msgspec.json.Decoder(_RefOnly)
 _encoder: Final = msgspec.json.Encoder()
 
 
 def decode_view_message(data: str | bytes) -> ViewMessage | Error:
-    """A view's message, or the :class:`Error` to send back (never raises)."""
+    """A view's message, or the :class:`Error` to send back, with the message's ref
+    if it had a valid one (never raises)."""
     if len(data) > MAX_MESSAGE:  # (a str: at least as many bytes as characters)
         return Error(f"message over {MAX_MESSAGE} bytes")
     if isinstance(data, str):
@@ -333,12 +408,26 @@ def decode_view_message(data: str | bytes) -> ViewMessage | Error:
     try:
         message = _view_decoder.decode(data)
     except msgspec.ValidationError as exc:
-        return Error(f"invalid message: {_cut(str(exc))}")
+        return with_ref(Error(f"invalid message: {_cut(str(exc))}"), _ref_of(data))
     except msgspec.DecodeError:
         return Error("not a JSON message")
+    except RecursionError:  # (msgspec's own limit: the type is looked for past deep values)
+        return Error("invalid message: nested too deep")  # (its ref, too, is past them)
+    if message.ref is not None and not message.ref.isprintable():
+        return Error("a ref must be printable")
     if isinstance(message, Open) and not message.view.isprintable():
-        return Error("a view's name must be printable")
+        return with_ref(Error("a view's name must be printable"), message.ref)
     return message
+
+
+def _ref_of(data: bytes) -> str | None:
+    """The ref of a JSON object that is no message, if it has a valid one (best effort:
+    a ref past values nested too deep is not found)."""
+    try:
+        ref = _ref_decoder.decode(data).ref
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    return ref if ref is not None and ref.isprintable() else None
 
 
 def encode(message: ServerMessage) -> bytes:

@@ -7,7 +7,7 @@ page of another site that resolves its own name to 127.0.0.1 cannot reach it); a
 WebSocket's ``Origin`` must be the server's own. Responses carry a strict
 Content-Security-Policy and no CORS header. A view speaks the relay protocol
 (:mod:`.protocol`): ``open``, then the replay, then events; bad input gets an
-``error`` and changes nothing.
+``error`` and changes nothing. Every reply to a view's message carries its ``ref``.
 
 The page is package data (``static/``); sessions, prompts, turns and presets are
 :class:`~.host.ServeHost`'s. Where hypercorn has no setting for what this server
@@ -20,7 +20,7 @@ import functools
 import logging
 import secrets
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import ExitStack
 from importlib import resources
 from typing import Any, Final
@@ -42,7 +42,7 @@ from starlette.websockets import WebSocket
 from wsproto.connection import ConnectionState
 from wsproto.events import CloseConnection
 
-from permclient.relay import AnswerRefused, Relay, Requested, Subscription
+from permclient.relay import Relay, Requested, Resolved, Subscription
 
 from .editor import EditorDesk
 from .host import Listener, ServeHost
@@ -52,6 +52,7 @@ from .protocol import (
     TOKEN,
     Answer,
     AnswerBatch,
+    AnswerRefused,
     CancelTurn,
     Error,
     ListPresets,
@@ -63,12 +64,15 @@ from .protocol import (
     PreviewBatch,
     Prompt,
     Replayed,
+    Reply,
     RevokeRule,
     SaveRule,
     ServerMessage,
     SetPreset,
+    ViewMessage,
     decode_view_message,
     encode,
+    with_ref,
 )
 
 SECURITY_HEADERS: Final = {
@@ -271,19 +275,23 @@ class ViewSocket:
             await self.websocket.close(code=POLICY_VIOLATION)
 
     async def _run(self) -> None:
-        opening: object = None
+        opening: ViewMessage | Error | None = None
         with trio.move_on_after(OPEN_WAIT_S):
             data = await self.receive()
             opening = None if data is None else decode_view_message(data)
         if not isinstance(opening, Open):
+            ref: str | None = None
             if isinstance(opening, Error):
                 await self.send(opening)
-            await self.send(Error("the first message must be open"))
+                ref = opening.ref or None
+            elif opening is not None:
+                ref = opening.ref
+            await self.send(with_ref(Error("the first message must be open"), ref))
             await self.websocket.close(code=POLICY_VIOLATION)
             return
         with self.relay.subscribe(opening.view) as events, ExitStack() as stack:
             listener = stack.enter_context(self.host.listen()) if self.host else None
-            await self.send(Opened(opening.view))
+            await self.send(with_ref(Opened(opening.view), opening.ref))
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._forward, events, nursery.cancel_scope)
                 if listener is not None:
@@ -327,10 +335,21 @@ class ViewSocket:
             await self.send(message)
         scope.cancel()  # this view fell too far behind
 
-    async def _handle(self, message: object, view: str, listener: Listener | None) -> None:
+    async def _handle(
+        self, message: ViewMessage | Error, view: str, listener: Listener | None
+    ) -> None:
         if isinstance(message, Error):
-            await self.send(message)
-        elif isinstance(message, Answer):
+            await self.send(message)  # (with the message's ref, if it had a readable one)
+            return
+        for reply in self._replies(message, view, listener):
+            await self.send(with_ref(reply, message.ref))
+
+    def _replies(
+        self, message: ViewMessage, view: str, listener: Listener | None
+    ) -> Sequence[Reply]:
+        """Act on ``message``; what its view is told now, in order (a request that
+        waits for the agent replies later, through ``listener``, with the ref)."""
+        if isinstance(message, Answer):
             decision = msgspec.to_builtins(message.decision)
             result = self.relay.answer(
                 message.question_id,
@@ -339,21 +358,23 @@ class ViewSocket:
                 session_id=message.session_id,
                 reason=message.reason,
             )
-            if isinstance(result, AnswerRefused):
-                await self.send(result)  # (a resolution reaches every view as an event)
-        elif isinstance(message, Open):
-            await self.send(Error("already open"))
-        elif self.host is None or listener is None:
-            await self.send(Error(f"not served here: {type(message).__name__}"))
-        else:
-            reply = self._for_host(self.host, message, listener, view)
-            if reply is not None:
-                await self.send(reply)
+            if isinstance(result, Resolved):
+                return ()  # (a resolution reaches every view as an event)
+            return (AnswerRefused(result.question_id, result.reason),)
+        if isinstance(message, Open):
+            return (Error("already open"),)
+        if self.host is None or listener is None:
+            return (Error(f"not served here: {type(message).__name__}"),)
+        reply = self._for_host(self.host, message, listener, view)
+        desk = self.host.desk
+        if isinstance(message, RevokeRule) and isinstance(reply, Error) and desk is not None:
+            return (reply, desk.rules())  # (numbers moved: the list as it is now)
+        return () if reply is None else (reply,)
 
     @staticmethod
     def _for_host(
-        host: ServeHost, message: object, listener: Listener, view: str
-    ) -> ServerMessage | None:
+        host: ServeHost, message: ViewMessage, listener: Listener, view: str
+    ) -> Reply | None:
         """Hand a session request to the host: an immediate reply, if any (a request
         that waits for the agent replies later, through ``listener``)."""
         if isinstance(message, ListSessions):
@@ -363,12 +384,13 @@ class ViewSocket:
         if isinstance(message, CancelTurn):
             return host.cancel_turn(message.session_id)
         if isinstance(message, NewSession):
-            host.start_request(listener, functools.partial(_created, host, view))
+            host.start_request(listener, functools.partial(_created, host, view), message.ref)
         elif isinstance(message, ListPresets):
-            host.start_request(listener, functools.partial(host.presets, message.session_id))
+            listing = functools.partial(host.presets, message.session_id)
+            host.start_request(listener, listing, message.ref)
         elif isinstance(message, SetPreset):
-            request = functools.partial(host.set_preset, message.session_id, message.preset)
-            host.start_request(listener, request)
+            switch = functools.partial(host.set_preset, message.session_id, message.preset)
+            host.start_request(listener, switch, message.ref)
         elif host.desk is None:
             return Error("no editor rules here")
         elif isinstance(message, SaveRule):
@@ -376,10 +398,7 @@ class ViewSocket:
         elif isinstance(message, ListRules):
             return host.desk.rules()
         elif isinstance(message, RevokeRule):
-            refused = host.desk.revoke(message.number, message.rule)
-            if refused is not None:
-                listener.deliver(host.desk.rules())
-            return refused
+            return host.desk.revoke(message.number, message.rule)
         elif isinstance(message, PreviewBatch):
             return host.desk.preview_batch(message.session_id, message.effect, message.what)
         elif isinstance(message, AnswerBatch):

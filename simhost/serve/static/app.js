@@ -5,7 +5,8 @@
 //
 // What is pending is the server's word: a card leaves on `resolved` or
 // `withdrawn`, never on a click, and after every (re)connection the question
-// list is exactly the replay.
+// list is exactly the replay. Each request carries a `ref` of its own, which the
+// server's replies echo: an error is shown by the request that caused it.
 
 import { clear, el, escapedText, SHORT, visible } from "./dom.js";
 import { CardView, GUARD_MS, sessionLabel } from "./card.js";
@@ -19,6 +20,9 @@ const MAX_MESSAGE_BYTES = 4 * MAX_PROMPT_CHARS + 4096; // the server's limit, in
 const MAX_BATCH_WHAT = 256; // characters of a batch's kind or glob
 const MAX_OFFER_INDEX = 15;
 const VIEW_KEY = "simhost.view";
+// Requests remembered for their replies: one answered by what every view is told (an
+// answer, a prompt) gets no reply of its own, and is forgotten past this many.
+const MAX_ASKED = 256;
 // When a card's leaving gave the prompt box the focus: keys meant for that card (a
 // digit, Esc, Enter pressed as another view answered) do not land in it for GUARD_MS.
 let promptBackAt = -Infinity;
@@ -94,17 +98,18 @@ const state = {
   cardErrors: new Map(), // questionId -> why its last answer did not land
   answeredHere: new Set(), // questionIds this page answered
   presetWait: null, // {sessionId, kind} of a list_presets / set_preset awaiting `presets`
+  asked: new Map(), // ref -> what asked, for the requests whose replies may still come
   offers: new Map(), // questionId -> the editor rules its card may save
   ruleSaving: new Set(), // questionIds whose card's rule this view is saving
   rules: null, // the editor rules (the server's `rules`), once listed
   rulesError: null, // why there is no list of rules
   rulesOpen: false, // the Rules view is shown (instead of the session)
-  rulesWait: false, // a list_rules awaits `rules`
   revoking: null, // {number, rule} of a revoke_rule in flight
   batch: null, // {sessionId, effect, what, phase, questions, answered, error, shownAt}
   restore: stored(CURRENT_KEY), // the session to show again after a reload
 };
 let card = null; // the CardView shown, if any
+let lastRef = 0;
 
 function ready() {
   return state.phase === "ready";
@@ -176,8 +181,8 @@ const connection = new Connection(socketUrl(window.location), {
     }
     state.inFlight.clear();
     state.ruleSaving.clear();
+    state.asked.clear(); // (the replies of a dropped connection never come)
     state.presetWait = null;
-    state.rulesWait = false;
     state.revoking = null;
     if (state.batch && (state.batch.phase === "asking" || state.batch.phase === "sending")) {
       state.batch.phase = "error";
@@ -192,7 +197,33 @@ function send(message) {
   return connection.send(message);
 }
 
+/** `message` with a `ref` of its own: the server echoes it in every reply to it. */
+function withRef(message) {
+  lastRef += 1;
+  return { ...message, ref: String(lastRef) };
+}
+
+/** Send `message` (a withRef one), remembering what asked for it (`asker`), so that
+ * its replies are told apart by their ref, never by when they come; false if not sent. */
+function request(message, asker) {
+  if (!send(message)) return false;
+  state.asked.set(message.ref, asker);
+  if (state.asked.size > MAX_ASKED) state.asked.delete(state.asked.keys().next().value);
+  return true;
+}
+
+/** What asked for `message` (`{kind, ...}`, taken off the list), if it is a reply to
+ * a request of this view's; else null. */
+function askedBy(message) {
+  const ref = message.ref;
+  if (typeof ref !== "string" || !state.asked.has(ref)) return null;
+  const asker = state.asked.get(ref);
+  state.asked.delete(ref);
+  return asker;
+}
+
 function receive(message) {
+  const asker = askedBy(message);
   switch (message.type) {
     case "opened":
       connection.established();
@@ -233,14 +264,19 @@ function receive(message) {
     case "rules":
       rulesCame(message.rules);
       break;
+    case "rule_saved":
+      break; // (its card leaves on `resolved`, said to be the rule you saved)
+    case "rule_revoked":
+      state.revoking = null; // (the list without it comes to every view)
+      break;
     case "batch_preview":
-      batchPreviewed(message);
+      batchPreviewed(message, asker);
       break;
     case "batch_answered":
-      batchAnswered(message);
+      batchAnswered(message, asker);
       break;
     case "error":
-      errorCame(String(message.reason ?? ""));
+      errorCame(String(message.reason ?? ""), asker);
       break;
     default:
       return; // (a newer server's message: nothing to do)
@@ -269,7 +305,7 @@ function replayed() {
   for (const questionId of state.offers.keys()) {
     if (!state.questions.has(questionId)) state.offers.delete(questionId);
   }
-  send({ type: "list_sessions" });
+  request(withRef({ type: "list_sessions" }), { kind: "list_sessions" });
   if (state.current !== null) askPresets(state.current);
   if (state.rulesOpen) askRules();
 }
@@ -411,45 +447,66 @@ function presetsCame(message) {
   if (state.presetWait && state.presetWait.sessionId === message.sessionId) state.presetWait = null;
 }
 
-function errorCame(reason) {
-  // Replies to requests that wait for the agent come in any order: an error is
-  // the presets' when presets are awaited and it speaks of them. It is shown by
-  // the select then (once: not in the notices too). Likewise an error that speaks
-  // of a rule or a question while this view saves a card's rule is that card's, and
-  // one while a batch waits is the batch's.
-  const wait = state.presetWait;
-  if (wait && /preset/i.test(reason)) {
-    const record = session(wait.sessionId);
-    if (wait.kind === "list_presets" || !record.presets) record.presetError = reason;
-    else record.presetNote = `Not switched: ${reason}`;
-    state.presetWait = null;
-    return;
+/** An error, shown by what asked for it (`asker`, from its ref), once. */
+function errorCame(reason, asker) {
+  switch (asker ? asker.kind : null) {
+    case "answer":
+      state.inFlight.delete(asker.questionId);
+      state.answeredHere.delete(asker.questionId);
+      cardError(asker.questionId, `Your answer was not taken: ${reason}`);
+      return;
+    case "save_rule":
+      state.ruleSaving.delete(asker.questionId);
+      state.inFlight.delete(asker.questionId);
+      cardError(asker.questionId, `The rule: ${reason}`);
+      if (card && card.question.questionId === asker.questionId) card.back();
+      return;
+    case "list_presets":
+    case "set_preset": {
+      const record = session(asker.sessionId);
+      if (asker.kind === "list_presets" || !record.presets) record.presetError = reason;
+      else record.presetNote = `Not switched: ${reason}`;
+      if (state.presetWait && state.presetWait.sessionId === asker.sessionId) state.presetWait = null;
+      return;
+    }
+    case "list_rules":
+      state.rulesError = reason;
+      return;
+    case "revoke_rule":
+      state.revoking = null;
+      notice(`The rule was not revoked: ${reason}`, "error");
+      return;
+    case "preview_batch":
+    case "answer_batch":
+      if (asker.batch === state.batch && (asker.batch.phase === "asking" || asker.batch.phase === "sending")) {
+        asker.batch.phase = "error";
+        asker.batch.error = reason;
+      } else {
+        notice(`Batch: ${reason}`, "error"); // (one closed meanwhile)
+      }
+      return;
+    case "prompt":
+      addEntry(session(asker.sessionId), { kind: "notice", text: `Not sent to the agent: ${escapedText(reason, 4 * SHORT)}` });
+      if (asker.sessionId !== state.current) {
+        notice(`The prompt to ${sessionLabel(asker.sessionId, titleOf(asker.sessionId))} was not sent: ${reason}`, "error");
+      }
+      return;
+    case "new_session":
+      notice(`No new session: ${reason}`, "error");
+      return;
+    case "cancel_turn":
+      notice(`The turn was not cancelled: ${reason}`, "error");
+      return;
+    default:
+      notice(`Error: ${reason}`, "error");
   }
-  if (state.revoking && /revoke|changed or is gone/i.test(reason)) {
-    state.revoking = null;
-    notice(`The rule was not revoked: ${reason}`, "error");
-    return;
-  }
-  if (state.ruleSaving.size > 0 && /rule|question|invalid message/i.test(reason)) {
-    const [questionId] = state.ruleSaving; // (the oldest: replies come in order)
-    state.ruleSaving.delete(questionId);
-    state.inFlight.delete(questionId);
-    state.cardErrors.set(questionId, `The rule: ${reason}`);
-    if (card && card.question.questionId === questionId) card.back();
-    return;
-  }
-  const batch = state.batch;
-  if (batch && (batch.phase === "asking" || batch.phase === "sending")) {
-    batch.phase = "error";
-    batch.error = reason;
-    return;
-  }
-  if (state.rulesWait && /rule/i.test(reason)) {
-    state.rulesWait = false;
-    state.rulesError = reason;
-    return;
-  }
-  notice(`Error: ${reason}`, "error");
+}
+
+/** Why a card's answer or rule did not land, on its card; in a notice if the card
+ * has gone meanwhile. */
+function cardError(questionId, text) {
+  if (known(questionId)) state.cardErrors.set(questionId, text);
+  else notice(text, "error");
 }
 
 // ------------------------------------------------------------- editor rules
@@ -490,19 +547,16 @@ function rulesCame(list) {
       hits: Number.isInteger(row.hits) ? row.hits : 0,
       keptIn: typeof row.keptIn === "string" ? row.keptIn : "",
     }));
-  state.rulesWait = false;
   state.rulesError = null;
-  state.revoking = null;
 }
 
 function askRules() {
-  if (!ready()) return;
-  if (send({ type: "list_rules" })) state.rulesWait = true;
+  if (ready()) request(withRef({ type: "list_rules" }), { kind: "list_rules" });
 }
 
 function saveRule(question, index) {
-  const message = { type: "save_rule", questionId: question.questionId, sessionId: question.sessionId, index };
-  if (!ready() || !send(message)) {
+  const message = withRef({ type: "save_rule", questionId: question.questionId, sessionId: question.sessionId, index });
+  if (!ready() || !request(message, { kind: "save_rule", questionId: question.questionId })) {
     state.cardErrors.set(question.questionId, "Not connected: the rule was not saved. Try again once the page has reconnected.");
     renderCard();
     return;
@@ -515,7 +569,7 @@ function saveRule(question, index) {
 
 function revokeRule(row) {
   if (!ready() || state.revoking) return;
-  if (send({ type: "revoke_rule", number: row.number, rule: row.rule })) {
+  if (request(withRef({ type: "revoke_rule", number: row.number, rule: row.rule }), { kind: "revoke_rule" })) {
     state.revoking = { number: row.number, rule: row.rule };
     renderRules();
   }
@@ -552,15 +606,15 @@ function previewBatch() {
     return;
   }
   const effect = els.batchEffect.value === "deny" ? "deny" : "allow";
-  if (!send({ type: "preview_batch", sessionId, effect, what })) return;
-  state.batch = { sessionId, effect, what, phase: "asking", questions: [], answered: 0, error: null, shownAt: 0 };
+  const batch = { sessionId, effect, what, phase: "asking", questions: [], answered: 0, error: null, shownAt: 0 };
+  if (!request(withRef({ type: "preview_batch", sessionId, effect, what }), { kind: "preview_batch", batch })) return;
+  state.batch = batch;
   renderBatch();
 }
 
-function batchPreviewed(message) {
+function batchPreviewed(message, asker) {
   const batch = state.batch;
-  if (!batch || batch.phase !== "asking") return;
-  if (message.sessionId !== batch.sessionId || message.effect !== batch.effect || message.what !== batch.what) return;
+  if (!asker || asker.batch !== batch || batch.phase !== "asking") return; // (one closed meanwhile)
   if (!Array.isArray(message.questions)) return;
   batch.questions = message.questions
     .filter((item) => item && typeof item.questionId === "string")
@@ -574,9 +628,9 @@ function batchPreviewed(message) {
   setTimeout(renderBatch, GUARD_MS + 10); // (its answer button arms then)
 }
 
-function batchAnswered(message) {
+function batchAnswered(message, asker) {
   const batch = state.batch;
-  if (!batch || batch.phase !== "sending" || message.sessionId !== batch.sessionId || message.what !== batch.what) return;
+  if (!asker || asker.batch !== batch || batch.phase !== "sending") return; // (one closed meanwhile)
   batch.phase = "done";
   batch.answered = Number.isInteger(message.answered) ? message.answered : 0;
 }
@@ -585,14 +639,14 @@ function answerBatch() {
   const batch = state.batch;
   if (!batch || batch.phase !== "preview" || batch.questions.length === 0) return;
   if (performance.now() - batch.shownAt < GUARD_MS || !ready()) return;
-  const message = {
+  const message = withRef({
     type: "answer_batch",
     sessionId: batch.sessionId,
     effect: batch.effect,
     what: batch.what,
     questionIds: batch.questions.map((item) => item.questionId),
-  };
-  if (!send(message)) return;
+  });
+  if (!request(message, { kind: "answer_batch", batch })) return;
   batch.phase = "sending";
   renderBatch();
 }
@@ -604,7 +658,9 @@ function closeBatch() {
 
 function askPresets(sessionId) {
   if (!ready()) return;
-  if (send({ type: "list_presets", sessionId })) state.presetWait = { sessionId, kind: "list_presets" };
+  if (request(withRef({ type: "list_presets", sessionId }), { kind: "list_presets", sessionId })) {
+    state.presetWait = { sessionId, kind: "list_presets" };
+  }
 }
 
 // --------------------------------------------------------------- the sessions
@@ -764,9 +820,9 @@ function notice(text, kind) {
 // -------------------------------------------------------------------- the card
 
 function answer(question, decision, reason = null) {
-  const message = { type: "answer", questionId: question.questionId, sessionId: question.sessionId, decision };
+  const message = withRef({ type: "answer", questionId: question.questionId, sessionId: question.sessionId, decision });
   if (typeof reason === "string" && reason.trim() !== "") message.reason = reason;
-  if (!ready() || !send(message)) {
+  if (!ready() || !request(message, { kind: "answer", questionId: question.questionId })) {
     state.cardErrors.set(question.questionId, "Not connected: the answer was not sent. It can be given once the page has reconnected.");
     renderCard();
     return;
@@ -840,12 +896,12 @@ function sendPrompt() {
   const record = state.current === null ? null : state.sessions.get(state.current);
   const text = els.prompt.value;
   if (!record || text.trim() === "") return;
-  const message = { type: "prompt", sessionId: record.id, text };
+  const message = withRef({ type: "prompt", sessionId: record.id, text });
   if ([...text].length > MAX_PROMPT_CHARS || new TextEncoder().encode(JSON.stringify(message)).length > MAX_MESSAGE_BYTES) {
     notice(`The prompt is too long: at most ${MAX_PROMPT_CHARS.toLocaleString("en")} characters (132 KiB of UTF-8).`, "error");
     return;
   }
-  if (!ready() || !send(message)) {
+  if (!ready() || !request(message, { kind: "prompt", sessionId: record.id })) {
     notice("Not connected: the prompt was not sent.", "error");
     return;
   }
@@ -867,11 +923,12 @@ els.prompt.addEventListener("keydown", (event) => {
 });
 
 els.newSession.addEventListener("click", () => {
-  send({ type: "new_session" });
+  request(withRef({ type: "new_session" }), { kind: "new_session" });
 });
 
 els.cancelTurn.addEventListener("click", () => {
-  if (state.current !== null) send({ type: "cancel_turn", sessionId: state.current });
+  const sessionId = state.current;
+  if (sessionId !== null) request(withRef({ type: "cancel_turn", sessionId }), { kind: "cancel_turn", sessionId });
 });
 
 els.rulesButton.addEventListener("click", () => showRules(!state.rulesOpen));
@@ -895,7 +952,7 @@ els.preset.addEventListener("change", () => {
   const id = state.current;
   if (id === null) return;
   const preset = els.preset.value;
-  if (send({ type: "set_preset", sessionId: id, preset })) {
+  if (request(withRef({ type: "set_preset", sessionId: id, preset }), { kind: "set_preset", sessionId: id })) {
     state.presetWait = { sessionId: id, kind: "set_preset" };
     session(id).presetNote = null;
   }
