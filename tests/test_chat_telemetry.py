@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -21,11 +22,12 @@ import pytest
 import trio
 import trio.testing
 from rich.console import Console
+from rich.text import Text
 
 import permclient
 from simhost.chat.app import ChatApp, ChatOptions
 from simhost.chat.keys import Key
-from simhost.chat.launch import chat_screen
+from simhost.chat.launch import _permclient_logs_to, chat_screen
 from simhost.chat.screen import LiveScreen
 from simhost.chat.terminal import InputEvent, Interrupt
 
@@ -156,3 +158,30 @@ async def test_no_write_of_the_chat_comes_before_a_record_made_before_it(
             await trio.sleep(1)  # past the frame's wait
         assert chat.terminal.behind() == []
         assert [r["by"] for r in chat.records("approval.cancelled")] == ["peer", "turn"] * 10
+
+
+@pytest.mark.parametrize("keyboard", [True, False], ids=["live", "plain"])
+def test_a_warning_the_flush_logs_is_shown_without_flushing_again(
+    tmp_path: Path, keyboard: bool
+) -> None:
+    # permclient's warnings go to the screen, which flushes the file first: the
+    # telemetry's own warning (here, a record it cannot encode) must not flush again
+    # from inside the flush (it would wait for its own batch, 5 s at a time, for ever).
+    telemetry = permclient.JsonlTelemetry(tmp_path / "t.jsonl", write_in_thread=False)
+    out = io.StringIO()
+    console = Console(file=out, width=120, force_terminal=True, color_system=None)
+    screen = chat_screen(console, keyboard=keyboard, telemetry=telemetry)
+    shown = threading.Event()
+
+    def show() -> None:
+        screen.print(Text("a line"))
+        shown.set()
+
+    with telemetry, _permclient_logs_to(screen):
+        screen.start()
+        telemetry.emit("odd", value=object())  # not JSON
+        threading.Thread(target=show, daemon=True).start()  # (it would hang, not fail)
+        assert shown.wait(10)
+        screen.stop()
+    assert "permclient: telemetry: could not record odd" in out.getvalue()
+    assert "a line" in out.getvalue()

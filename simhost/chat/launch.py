@@ -255,10 +255,29 @@ def chat_screen(
     scheduled: that can be after the screen's next frame, or, for plain lines,
     always after the line.)
     """
-    flush = telemetry.flush if telemetry is not None else None
+    flush = _flush_once(telemetry.flush) if telemetry is not None else None
     if keyboard:
         return LiveScreen(console, before_output=flush)
     return PlainScreen(console, before_output=flush)
+
+
+def _flush_once(flush: Callable[[], None]) -> Callable[[], None]:
+    """``flush``, but not again from inside itself: a warning it logs (a record it
+    cannot encode, a full disk) is shown on the screen, which would flush first, and
+    wait for the batch being written, which waits for the warning."""
+    flushing = False
+
+    def flush_once() -> None:
+        nonlocal flushing
+        if flushing:
+            return
+        flushing = True
+        try:
+            flush()
+        finally:
+            flushing = False
+
+    return flush_once
 
 
 def _editor(fd: int, pause: KeyboardPause) -> Callable[[Path], Awaitable[int]] | None:

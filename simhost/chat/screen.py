@@ -263,13 +263,13 @@ class LiveScreen:
         """One frame: the transcript held back, then the live region, in one write."""
         if not self._started or not (self._dirty or self._transcript):
             return
+        self._before_output()  # (what it logs, if anything, goes in this frame)
         if self._dirty:
             self._region = self._compose(self._view)
             self._shown_card_id = self._view.card_id
             self._dirty = False
         transcript, self._transcript = self._transcript, []
         self.frames += 1
-        self._before_output()
         with self.console:  # one write for the whole frame
             if self._synchronized:
                 self.console.control(_Sequence(_SYNC_BEGIN))
