@@ -65,3 +65,27 @@ async def test_a_pause_that_comes_while_the_reader_wakes_from_a_resume_still_hol
         pause.resume()
         with trio.fail_after(5):
             await became_readable.wait()
+
+
+async def test_pauses_nest_and_a_second_pause_never_strands_the_reader(
+    pipe: tuple[int, int],
+) -> None:
+    # Two programs handed the terminal in turn: the reader waits until both gave it
+    # back (a second pause used to replace the event the reader waited on, which no
+    # resume then set: the chat never read a key again).
+    read_end, write_end = pipe
+    pause = KeyboardPause()
+    became_readable = trio.Event()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_watch, pause, read_end, became_readable)
+        await trio.testing.wait_all_tasks_blocked()
+        pause.pause()
+        await trio.testing.wait_all_tasks_blocked()
+        pause.pause()
+        os.write(write_end, b"typed in the second editor\n")
+        pause.resume()
+        await trio.testing.wait_all_tasks_blocked()
+        assert not became_readable.is_set()  # the second still has the terminal
+        pause.resume()
+        with trio.fail_after(5):
+            await became_readable.wait()

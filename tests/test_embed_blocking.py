@@ -160,17 +160,46 @@ def test_cancel_permissions_withdraws_every_open_card_of_that_session_only() -> 
             assert peer.receive() == {"jsonrpc": "2.0", "id": 2, "result": selected("allow")}
 
 
-def test_a_timed_out_request_is_cancelled_on_the_wire() -> None:
+@pytest.mark.parametrize("trio_thread_late", [False, True], ids=["in-time", "late"])
+def test_a_timed_out_request_is_cancelled_on_the_wire(trio_thread_late: bool) -> None:
     with connected() as (client, peer):
+        if trio_thread_late:  # it gets no CPU for longer than the timeout
+            holding = threading.Event()
+            client.submit(_hold_the_trio_thread, holding, 0.2)
+            assert holding.wait(TIMEOUT_S)
         with pytest.raises(TimeoutError):
             client.request("slow/thing", {"x": 1}, timeout=0.05)
-        sent = peer.receive()
-        assert sent["method"] == "slow/thing"
-        assert peer.receive() == {
-            "jsonrpc": "2.0",
-            "method": "$/cancelRequest",
-            "params": {"id": sent["id"]},
-        }
+        # Sent, then cancelled; or, when the trio thread had not started it within the
+        # timeout, never sent at all. Either way nothing stays pending on the wire. (The
+        # sentinel's answer and the cancel may come in either order.)
+        peer.request("sentinel/ping", {}, "sentinel")
+        seen: list[dict[str, Any]] = []
+        while not _wire_settled(seen):
+            seen.append(peer.receive())
+        sent = [m for m in seen if m.get("method") == "slow/thing"]
+        if trio_thread_late:
+            assert sent == []
+        if sent:
+            cancel = {
+                "jsonrpc": "2.0",
+                "method": "$/cancelRequest",
+                "params": {"id": sent[0]["id"]},
+            }
+            assert seen.index(sent[0]) < seen.index(cancel)
+        assert len(seen) == 1 + 2 * len(sent)
+
+
+async def _hold_the_trio_thread(holding: threading.Event, seconds: float) -> None:
+    holding.set()
+    time.sleep(seconds)  # noqa: ASYNC251 - on purpose: a trio thread that gets no CPU
+
+
+def _wire_settled(seen: list[dict[str, Any]]) -> bool:
+    """The sentinel was answered, and a request sent was cancelled."""
+    answered = any(m.get("id") == "sentinel" and "method" not in m for m in seen)
+    sent = any(m.get("method") == "slow/thing" for m in seen)
+    cancelled = any(m.get("method") == "$/cancelRequest" for m in seen)
+    return answered and cancelled == sent
 
 
 # -------------------------------------------------------------- 4. exactly once

@@ -41,7 +41,7 @@ from .terminal import (
 )
 from .text import visible
 
-__all__ = ["ChatConfig", "RuntimeLog", "run_chat"]
+__all__ = ["ChatConfig", "RuntimeLog", "chat_screen", "run_chat"]
 
 LOG_NAME: Final = "chat-runtime.log"
 _TAIL_BYTES: Final = 4000
@@ -170,8 +170,9 @@ async def run_chat(
     code = 1
     with ExitStack() as stack:
         try:
-            # Written from a task of the chat's own loop (not a thread): the file keeps
-            # step with the screen. Leaving the stack writes what is left.
+            # Written from the chat's own loop (not a thread), and flushed before each
+            # write to the screen (chat_screen): the file keeps step with the screen.
+            # Leaving the stack writes what is left.
             telemetry = (
                 stack.enter_context(
                     permclient.JsonlTelemetry(config.telemetry, write_in_thread=False)
@@ -201,7 +202,7 @@ async def run_chat(
                     argv, dialect=config.dialect, stderr=log.file, telemetry=telemetry, cwd=cwd
                 ) as client:
                     spawned = True
-                    screen: Screen = LiveScreen(console) if keyboard else PlainScreen(console)
+                    screen = chat_screen(console, keyboard=keyboard, telemetry=telemetry)
                     backend = (
                         AcpBackend(client, config.workspace) if config.dialect == "acp" else None
                     )
@@ -241,6 +242,42 @@ async def run_chat(
                 err_console.print(Text(visible(tail), style="dim"), soft_wrap=True)
     console.print(Text(f"bye: the {peer} is stopped", style="dim"))
     return code
+
+
+def chat_screen(
+    console: Console, *, keyboard: bool, telemetry: permclient.JsonlTelemetry | None
+) -> Screen:
+    """The chat's screen: live on a terminal (``keyboard``), plain lines otherwise.
+
+    ``telemetry`` is flushed before each write to it: whatever was recorded before
+    something is shown (a question cancelled with its turn, then "turn cancelled") is
+    on file by the time it is shown. (Its own task writes it too, but only once
+    scheduled: that can be after the screen's next frame, or, for plain lines,
+    always after the line.)
+    """
+    flush = _flush_once(telemetry.flush) if telemetry is not None else None
+    if keyboard:
+        return LiveScreen(console, before_output=flush)
+    return PlainScreen(console, before_output=flush)
+
+
+def _flush_once(flush: Callable[[], None]) -> Callable[[], None]:
+    """``flush``, but not again from inside itself: a warning it logs (a record it
+    cannot encode, a full disk) is shown on the screen, which would flush first, and
+    wait for the batch being written, which waits for the warning."""
+    flushing = False
+
+    def flush_once() -> None:
+        nonlocal flushing
+        if flushing:
+            return
+        flushing = True
+        try:
+            flush()
+        finally:
+            flushing = False
+
+    return flush_once
 
 
 def _editor(fd: int, pause: KeyboardPause) -> Callable[[Path], Awaitable[int]] | None:

@@ -18,12 +18,17 @@ it shows the frame whole, others ignore it), and a terminal resize
 (``SIGWINCH``) redraws. :class:`PlainScreen` is for a pipe or a file: it
 prints the transcript and prints each full card once, when it comes up, and
 the waiting marker when it changes.
+
+Both call ``before_output`` (when given) before they write anything: the chat
+flushes its telemetry there, so a record made before something was shown is on
+file by the time it is shown (a test, or a person, reading the file after seeing
+the line finds it there).
 """
 
 from __future__ import annotations
 
 import signal
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
@@ -135,10 +140,21 @@ class _Rendered:
 
 
 class LiveScreen:
-    """A terminal: the live part is redrawn in place under the transcript."""
+    """A terminal: the live part is redrawn in place under the transcript.
 
-    def __init__(self, console: Console, *, frame_s: float = FRAME_S) -> None:
+    ``before_output`` is called before each write to the terminal (see the module
+    docstring).
+    """
+
+    def __init__(
+        self,
+        console: Console,
+        *,
+        frame_s: float = FRAME_S,
+        before_output: Callable[[], object] | None = None,
+    ) -> None:
         self.console = console
+        self._before_output = before_output or _nothing
         self._live = Live(
             Text(""),
             console=console,
@@ -175,6 +191,7 @@ class LiveScreen:
         if self._started:
             self._draw()  # the transcript still held back
             self._started = False
+            self._before_output()
             self._live.update(Text(""), refresh=True)
             self._live.stop()
 
@@ -193,6 +210,7 @@ class LiveScreen:
             self._transcript.extend(renderables)
             return
         if not self._started:
+            self._before_output()
             self.console.print(*renderables)
             return
         self._transcript.extend(renderables)
@@ -245,6 +263,7 @@ class LiveScreen:
         """One frame: the transcript held back, then the live region, in one write."""
         if not self._started or not (self._dirty or self._transcript):
             return
+        self._before_output()  # (what it logs, if anything, goes in this frame)
         if self._dirty:
             self._region = self._compose(self._view)
             self._shown_card_id = self._view.card_id
@@ -301,10 +320,16 @@ class LiveScreen:
 
 
 class PlainScreen:
-    """Not a terminal: transcript lines; each card (in full) and marker printed once."""
+    """Not a terminal: transcript lines; each card (in full) and marker printed once.
 
-    def __init__(self, console: Console) -> None:
+    ``before_output`` is called before each print (see the module docstring).
+    """
+
+    def __init__(
+        self, console: Console, *, before_output: Callable[[], object] | None = None
+    ) -> None:
         self.console = console
+        self._before_output = before_output or _nothing
         self._card_id: int | None = None
         self._marker: str | None = None
 
@@ -328,9 +353,11 @@ class PlainScreen:
         pass
 
     def print(self, *renderables: RenderableType) -> None:
+        self._before_output()
         self.console.print(*renderables)
 
     def show_card(self, card: PermissionCard) -> None:
+        self._before_output()
         self.console.print(card.fitted(None))
 
     def refresh(self, view: View) -> None:
@@ -338,9 +365,15 @@ class PlainScreen:
             self._card_id = None
         elif view.card_id != self._card_id:
             self._card_id = view.card_id
+            self._before_output()
             self.console.print(view.card.fitted(None))
         marker = view.marker.plain if view.marker is not None else None
         if marker != self._marker:
             self._marker = marker
             if view.marker is not None:
+                self._before_output()
                 self.console.print(view.marker)
+
+
+def _nothing() -> None:
+    pass

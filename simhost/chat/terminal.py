@@ -121,11 +121,13 @@ def _write_quietly(fd: int, data: bytes) -> None:
 
 class KeyboardPause:
     """Lets the keys' reader stand aside while another program (an editor) has the
-    terminal: no key of its is read here meanwhile."""
+    terminal: no key of its is read here meanwhile. Pauses nest: the reader goes on
+    after as many resumes as there were pauses."""
 
     def __init__(self) -> None:
         self._resumed = trio.Event()
         self._resumed.set()
+        self._pauses = 0
         self._waiting: trio.CancelScope | None = None
 
     async def readable(self, fd: int) -> None:
@@ -144,12 +146,16 @@ class KeyboardPause:
                 return
 
     def pause(self) -> None:
-        self._resumed = trio.Event()
+        self._pauses += 1
+        if self._pauses == 1:  # (a second pause keeps the event the reader waits on)
+            self._resumed = trio.Event()
         if self._waiting is not None:
             self._waiting.cancel()
 
     def resume(self) -> None:
-        self._resumed.set()
+        self._pauses = max(0, self._pauses - 1)
+        if not self._pauses:
+            self._resumed.set()
 
 
 async def run_in_terminal(fd: int, argv: list[str], pause: KeyboardPause) -> int:
