@@ -620,6 +620,39 @@ def test_ctrl_c_while_open_blocking_connects_stops_the_trio_thread() -> None:
     assert connect_left.is_set()  # the connection attempt was cancelled, not abandoned
 
 
+def test_ctrl_c_inside_starting_the_trio_thread_stops_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A KeyboardInterrupt that lands in ``Thread.start()`` itself (after the thread
+    began) still stops the connection attempt and the thread."""
+    trio_threads: list[threading.Thread] = []
+    connect_left = threading.Event()
+    real_start = threading.Thread.start
+
+    def start_then_interrupted(thread: threading.Thread) -> None:
+        real_start(thread)
+        if thread.name == "permclient-trio":
+            raise KeyboardInterrupt
+
+    @asynccontextmanager
+    async def never_connects() -> AsyncIterator[Any]:
+        trio_threads.append(threading.current_thread())
+        try:
+            await trio.sleep_forever()
+            yield None  # pragma: no cover - never connects
+        finally:
+            connect_left.set()
+
+    monkeypatch.setattr(threading.Thread, "start", start_then_interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        open_blocking(never_connects)
+    monkeypatch.undo()
+    assert connect_left.wait(TIMEOUT_S)  # the connection attempt was cancelled
+    assert len(trio_threads) == 1
+    trio_threads[0].join(TIMEOUT_S)
+    assert not trio_threads[0].is_alive(), "the trio thread outlived open_blocking()"
+
+
 def test_close_never_joins_a_dispatch_thread_before_it_started(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -111,13 +111,14 @@ class BlockingClient(Embedded):
                 started.set()
 
         self._thread = threading.Thread(target=run, name="permclient-trio", daemon=True)
-        self._thread.start()
         try:
+            self._thread.start()  # (a Ctrl-C may land in start() itself)
             started.wait()
         except BaseException:  # Ctrl-C while connecting: stop the run, leave nothing behind
             self._stop.set()
             self._soon(self._request_stop)
-            self._thread.join(_ABANDON_JOIN_S)
+            if self._thread.ident is not None:  # (started: a Ctrl-C in start() may be before)
+                self._thread.join(_ABANDON_JOIN_S)
             raise
         if error:
             self._thread.join()
