@@ -259,6 +259,12 @@ INSIDE_PATHS = [
 ]
 
 
+def opens_a_quote_only_last(pieces: list[tuple[str, str]]) -> bool:
+    """Whether no piece but the last leaves a quote open: a later one could close it
+    (``git 'open 'open`` is ``git 'open open'``, plain)."""
+    return all(text not in ("'open", '"open') for _, text in pieces[:-1])
+
+
 @st.composite
 def commands(draw: st.DrawFn) -> tuple[Any, tuple[str, ...] | None, tuple[str, ...]]:
     """``(rawInput.command, the words an allow rule may see: None if the shell expands
@@ -274,7 +280,7 @@ def commands(draw: st.DrawFn) -> tuple[Any, tuple[str, ...] | None, tuple[str, .
             ),
             min_size=1,
             max_size=4,
-        )
+        ).filter(opens_a_quote_only_last)
     )
     written = tuple(text for _, text in pieces)
     # (A running word first is the program itself: the rule names it, or allows nothing.)
