@@ -16,8 +16,9 @@ What a rule matches (every condition it has must hold):
 * **command**: the shell command's words (split with :mod:`shlex`, never
   searched as a string) start with these words. An *allow* rule matches only a
   plain command: nothing the shell would expand, redirect or chain (``; & | $``
-  backticks, globs, ``~``, ...). A *deny* rule matches these words anywhere in
-  the command, compound commands included;
+  backticks, globs, ``~``, ...), and nothing that makes another program run
+  (``find -exec``, ``tar -I prog``, ``xargs sh``). A *deny* rule matches these
+  words anywhere in the command, compound commands included;
 * **paths**: globs over the paths the request names (its locations and its
   diffs' paths), relative to the workspace unless absolute. ``*`` and ``?``
   stay within one folder, ``**`` spans folders. Allow: every path matches one
@@ -79,19 +80,42 @@ REASON_META_KEY: Final = "permclient/reason"
 MAX_REASON: Final = 1000
 """The longest reason sent (in characters); a longer one is cut."""
 
-_SHELLS: Final = frozenset({"sh", "bash", "zsh", "dash", "ksh", "fish"})
+_SHELLS: Final = frozenset(
+    {"sh", "bash", "zsh", "dash", "ksh", "fish", "ash", "mksh", "yash", "csh", "tcsh", "rbash"}
+)
 _MAX_NESTING: Final = 8  # shells within shells read for deny rules
 _CACHED_COMMAND: Final = 1024  # characters: longer commands are split anew each time
 _MAX_COMMAND: Final = 16 * 1024  # characters: a longer command is not read (a person asks)
 _MAX_WORDS: Final = 4096  # of an argv list
 _DENY_SPAN: Final = 64  # words after a deny rule's program in which its other words are sought
-# Options that hand a later word to another program to run, and programs that run one.
-_EXEC_FLAGS: Final = frozenset(
-    ["-exec", "-execdir", "-ok", "-okdir", "--pre", "--exec", "--command", "--run", "-exec-command"]
+# Options that hand a later word (or their value) to another program to run, in whatever
+# program: as a whole word or before its "=". A program's own are in _EXEC_OPTION_TABLE.
+_EXEC_FLAG_NAMES: Final = (
+    "-exec -execdir -ok -okdir --pre --exec --command --run -exec-command"
+    " --to-command --use-compress-program --compress-program --checkpoint-action"
+    " --info-script --new-volume-script --rsh --rsh-command --rmt-command --rsync-path"
+    " --exec-batch --unzip-command --upload-pack --receive-pack --extcmd"
+    " --open-files-in-pager --sendmail-cmd --pager --eval --diff-program --strip-program"
+    " -toolexec --toolexec -vettool --vettool --hostname-bin --editor-cmd --diff-cmd"
+    " --diff3-cmd --config-option"
 )
+_EXEC_FLAGS: Final = frozenset(_EXEC_FLAG_NAMES.split())
+# Programs that run a later word (or their words as one command line, or code they hold).
+# Not the wrappers named by everyday words (time, command, builtin): what they run is
+# the next word, itself checked, and `grep -rn command src` stays allowable.
 _RUNNER_NAMES: Final = (
-    "env sudo doas su xargs eval exec nohup timeout nice setsid parallel busybox"
-    " python python2 python3 perl ruby node nodejs deno bun php lua tclsh osascript"
+    "env sudo doas su xargs eval exec nohup timeout nice setsid parallel busybox toybox"
+    " watch strace ltrace gdb lldb valgrind stdbuf chroot flock ionice taskset chrt unshare"
+    " nsenter runuser pkexec setpriv prlimit numactl firejail bwrap fakeroot caffeinate"
+    " systemd-run systemd-inhibit dbus-launch dbus-run-session xvfb-run ssh-agent sg unbuffer"
+    " rlwrap faketime torsocks proxychains entr watchexec nodemon hyperfine"
+    # terminals, multiplexers and remote shells: their words are a command line
+    " script expect tmux screen xterm gnome-terminal konsole alacritty kitty ssh rsh mosh"
+    # interpreters and package runners
+    " python python2 python3 perl ruby node nodejs deno bun php lua tclsh osascript npx pnpx"
+    " bunx uvx pipx Rscript R julia wish pwsh powershell awk gawk mawk nawk luajit irb pypy"
+    " tsx ts-node guile racket sbcl ocaml runghc runhaskell elixir erl escript dc gnuplot"
+    " jshell groovy nu xonsh elvish"
 )
 _RUNNERS: Final = _SHELLS | frozenset(_RUNNER_NAMES.split())
 _VERSION: Final = re.compile(r"[0-9.]+$")  # python3.11, perl5
@@ -409,7 +433,8 @@ def _read_command(command: str) -> tuple[tuple[str, ...] | None, tuple[str, ...]
 def _runs_others(words: Sequence[str]) -> bool:
     """Whether a command hands a word to another program to run (``find -exec``,
     ``rg --pre``, ``xargs sh``, ``git -c core.pager='sh …'``, a shell's ``-c``
-    script): no allow rule may cover that by its first words."""
+    script, ``tar -I prog``, ``sed 1e``): no allow rule may cover that by its first
+    words."""
     if any(_shell_script(words, index) is not None for index in range(len(words))):
         return True
     for word in words[1:]:
@@ -418,6 +443,215 @@ def _runs_others(words: Sequence[str]) -> bool:
             return True
         if value and any(blank in value for blank in " \t"):
             return True  # a value that is a command line (a pager, an editor, a hook)
+    return _runs_by_its_own_options(words)
+
+
+_TARS: Final = ("tar", "gtar", "bsdtar")  # (their first word may be options without a "-")
+_VIMS: Final = ("vi", "vim", "nvim", "view", "vimdiff", "gvim", "ex")
+_AWKS: Final = ("awk", "gawk", "mawk", "nawk")
+_SEDS: Final = ("sed", "gsed")
+# One program's own options that make it run another ("git X" are git X's; "git" are
+# git's before its subcommand, where -c sets a config). Letters: short options, also
+# found among others in one word (`tar -xI prog`, `rsync -ave prog`, `-oProxyCommand=`);
+# options: whole words or before their "=", a long one also abbreviated (GNU getopt and
+# git take any unambiguous start: `--to-com=x`), or a word that runs the rest (`run`).
+_EXEC_OPTION_TABLE: Final[tuple[tuple[tuple[str, ...], str, str], ...]] = (
+    (
+        _TARS,
+        "IF",
+        "--to-command --use-compress-program --checkpoint-action --info-script"
+        " --new-volume-script --rsh-command --rmt-command",
+    ),
+    (("fd", "fdfind"), "xX", "--exec --exec-batch"),
+    (("rsync",), "e", "--rsh --rsync-path"),
+    (("zip",), "T", "--unzip-command"),  # -T tests with unzip, -TT names the program
+    (("ssh", "slogin"), "oFI", ""),  # -o ProxyCommand=…, -F a config, -I a PKCS#11 library
+    (("scp",), "oFSD", ""),  # -S the ssh program, -D a local sftp server
+    (("sftp",), "oFSDb", ""),  # -b a batch file, whose !lines run a shell
+    (("man",), "PHC", "--pager --html --config-file"),  # -C a config naming its programs
+    (("make", "gmake"), "E", "--eval"),
+    (("sort",), "", "--compress-program"),
+    (("split",), "", "--filter"),
+    (("ugrep", "ug"), "", "--filter"),
+    (("less",), "k", "--lesskey-file --lesskey-src --lesskey-content"),  # (may set LESSOPEN)
+    (_VIMS, "cSsul", "--cmd --remote-send --remote-expr"),  # nvim -l runs a Lua script
+    (
+        ("emacs",),
+        "lfxLu",
+        "-script -directory -init-directory --eval --load --funcall --execute --script"
+        " --directory --init-directory --user",
+    ),
+    (_AWKS, "fEilW", "--file --exec --include --load"),  # a program file, a library
+    (("hg",), "e", "--config --ssh --remotecmd"),
+    (("pandoc",), "FL", "--filter --lua-filter --pdf-engine"),
+    (("wget",), "", "--use-askpass"),
+    (("git",), "", "-c --config-env --exec-path"),
+    (("git rebase",), "x", "--exec"),
+    (("git difftool",), "x", "--extcmd"),
+    (("git grep",), "O", "--open-files-in-pager"),
+    (("git clone",), "uc", "--upload-pack --config --template"),
+    (("git fetch", "git pull"), "", "--upload-pack"),
+    (("git push",), "", "--receive-pack --exec"),
+    (("git ls-remote",), "u", "--upload-pack --exec"),
+    (("git archive",), "", "--exec"),
+    (("git send-email",), "", "--sendmail-cmd --smtp-server --to-cmd --cc-cmd --header-cmd"),
+    (
+        ("git filter-branch",),
+        "",
+        "--setup --env-filter --tree-filter --index-filter --parent-filter --msg-filter"
+        " --commit-filter --tag-name-filter",
+    ),
+    (("git instaweb",), "dbm", "--httpd --browser --module-path"),
+    (("git bisect",), "", "run"),
+    (("git submodule",), "", "foreach"),
+)
+
+
+def _spellings(options: str) -> frozenset[str]:
+    """The words before an ``=`` that give one of ``options``: each, and every start
+    of a long one (``--to-com`` for ``--to-command``)."""
+    return frozenset(
+        option[:end]
+        for option in options.split()
+        for end in range(3 if option.startswith("--") else len(option), len(option) + 1)
+    )
+
+
+_EXEC_LETTERS: Final = {
+    name: frozenset(letters) for names, letters, _ in _EXEC_OPTION_TABLE for name in names
+}
+_EXEC_OPTIONS: Final = {
+    name: _spellings(options) for names, _, options in _EXEC_OPTION_TABLE for name in names
+}
+_PLUS_COMMANDS: Final = frozenset({*_VIMS, "less"})
+_GIT_OPTIONS_WITH_A_VALUE: Final = frozenset(
+    {
+        "-C",
+        "-c",
+        "--git-dir",
+        "--work-tree",
+        "--namespace",
+        "--super-prefix",
+        "--config-env",
+        "--attr-source",
+    }
+)
+# What lets an awk program run a command, write or read a file it names, or load code:
+# system(), pipes, redirection (also a comparison: refused all the same), getline, ARGV
+# (files to read), gawk's SYMTAB (any variable) and @load, @include, @indirect().
+_AWK_REACHES_OUT: Final = ("system", "getline", "ARGV", "SYMTAB", "|", ">", "@")
+
+
+def _runs_by_its_own_options(words: Sequence[str]) -> bool:
+    """Whether a program's own options or words make it run another (``tar -I prog``,
+    ``fd -x``, ``git rebase -x``, ``vim +'!x'``, a sed or awk script that runs or
+    writes), by :data:`_EXEC_OPTION_TABLE`."""
+    program = _program_name(words[0])
+    if program == "git":
+        at = _git_subcommand_at(words)
+        return _gives_an_exec_option("git", words[1:at]) or (
+            at < len(words) and _gives_an_exec_option(f"git {words[at]}", words[at + 1 :])
+        )
+    if program in _SEDS:
+        scripts = _sed_scripts(words)
+        return scripts is None or not all(map(_SED_HARMLESS_SCRIPT.fullmatch, scripts))
+    if program in _AWKS and _awk_reaches_out(words):
+        return True
+    if program in _PLUS_COMMANDS and any(
+        word[:1] == "+" and not word[1:].isdecimal() for word in words[1:]
+    ):
+        return True  # +cmd runs an editor's or a pager's command (+12 goes to a line)
+    old_style = program in _TARS and len(words) > 1 and words[1][:1] != "-"  # tar xIf prog
+    if old_style and not _EXEC_LETTERS[program].isdisjoint(words[1]):
+        return True
+    return _gives_an_exec_option(program, words[1:])
+
+
+def _gives_an_exec_option(program: str, words: Sequence[str]) -> bool:
+    """Whether ``words`` give one of ``program``'s exec options (in any spelling)."""
+    options = _EXEC_OPTIONS.get(program)
+    if options is None:
+        return False
+    letters = _EXEC_LETTERS[program]
+    return any(
+        word.partition("=")[0] in options
+        or (word[:1] == "-" and word[1:2] != "-" and not letters.isdisjoint(word[1:]))
+        for word in words
+    )
+
+
+def _git_subcommand_at(words: Sequence[str]) -> int:
+    """Where git's subcommand is: after its own options (``git -C dir -p log``)."""
+    at = 1
+    while at < len(words) and words[at][:1] == "-":
+        at += 2 if words[at] in _GIT_OPTIONS_WITH_A_VALUE else 1
+    return at
+
+
+def _sed_scripts(words: Sequence[str]) -> list[str] | None:
+    """The scripts a sed command runs: its ``-e``/``--expression`` ones, else its first
+    other word; ``None`` for one it reads from a file (``-f``, ``--file``)."""
+    expressions: list[str] = []
+    operands: list[str] = []
+    rest = iter(words[1:])
+    for word in rest:
+        if word == "--":
+            operands.extend(rest)
+        elif word.startswith("--"):  # (GNU getopt: also abbreviated)
+            name, given, value = word.partition("=")
+            if len(name) > 2 and "--file".startswith(name):
+                return None
+            if len(name) > 2 and "--expression".startswith(name):
+                expressions.append(value if given else next(rest, ""))
+            elif len(name) > 2 and "--line-length".startswith(name) and not given:
+                next(rest, "")  # (its value, whatever it looks like)
+        elif word.startswith("-") and len(word) > 1:
+            for at, letter in enumerate(word[1:], 2):
+                if letter == "f":
+                    return None
+                if letter in "el":  # its value: the rest of the word, or the next word
+                    value = word[at:] or next(rest, "")
+                    if letter == "e":
+                        expressions.append(value)
+                    break
+                if letter == "i":  # (-i[SUFFIX]: the rest of the word)
+                    break
+        else:
+            operands.append(word)
+    return expressions or operands[:1]
+
+
+_SED_TEXT = r"(?:[^/\\\n]|\\.)*+"  # up to an unescaped /
+_SED_ADDRESS = rf"(?:\d++~\d++|\d++|\$|/{_SED_TEXT}/[IM]*+)"
+_SED_PART = r"(?:(?!(?P=d))[^\\\n]|\\.)*+"  # up to the s or y command's delimiter d
+_SED_COMMAND = (
+    r"[{pPdDqQ=nNgGhHxlLzF](?:[ \t]*+\d++)?+"
+    rf"|[sy](?P<d>[^\\\n]){_SED_PART}(?P=d){_SED_PART}(?P=d)(?:[ \t]*+[gpiImM0-9])*+"
+    r"(?=[ \t]*+(?:[\n;}]|\Z))"
+    r"|[aic][^\n]*+"  # text, to the end of the line
+    r"|[:btT][ \t]*+[A-Za-z0-9_.-]*+(?=[ \t\n;}]|\Z)"  # a label, or a branch to one
+)
+# A sed script that only prints, deletes, substitutes (no e or w flag), inserts text and
+# branches. Nothing else matches: not e (runs a shell), r R w W (read or write a file the
+# script names), a \cREc address, an escaped newline, a # comment. Labels end where GNU
+# sed's do (at a blank, ; or a newline; a \r is in one). Possessive: linear time.
+_SED_HARMLESS_SCRIPT: Final = re.compile(
+    rf"(?:[\s;{{}}]*+(?:{_SED_ADDRESS}(?:,(?:{_SED_ADDRESS}|[+~]\d++))?+)?+\s*+!?+\s*+"
+    rf"(?:{_SED_COMMAND}))*+[\s;{{}}]*+",
+    re.ASCII,
+)
+
+
+def _awk_reaches_out(words: Sequence[str]) -> bool:
+    """Whether an awk command's words (but a field separator: ``-F'|'``) hold what lets
+    its program reach outside itself (:data:`_AWK_REACHES_OUT`)."""
+    separator = False
+    for word in words[1:]:
+        if not (separator or word.startswith("-F")) and any(
+            marker in word for marker in _AWK_REACHES_OUT
+        ):
+            return True
+        separator = word == "-F"
     return False
 
 

@@ -189,7 +189,10 @@ def normalised(path: str, cwd: str = WS) -> str:
 WORDS = ["git", "status", "log", "-v", "--short", "a.txt", "src/a.py", "pytest", "x"]
 # Words that hand what follows to another program to run (a shell, xargs, find -exec,
 # rg --pre): after the first word, a command holding one is never plain.
-RUNNING_WORDS = ["sh", "xargs", "-exec", "--pre=cat", "bin/python3", "env", "-execdir"]
+RUNNING_WORDS = [
+    *["sh", "xargs", "-exec", "--pre=cat", "bin/python3", "env", "-execdir", "watch", "npx"],
+    "--upload-pack=x",
+]
 # Words a command must quote; quoted, each is one plain word the shell does not expand.
 QUOTED_WORDS = ["a b", "a;b", "$HOME", "*.py", "it's", "", "x|y", "`id`"]
 # Pieces of a command the shell would expand, redirect or chain.
@@ -256,6 +259,12 @@ INSIDE_PATHS = [
 ]
 
 
+def opens_a_quote_only_last(pieces: list[tuple[str, str]]) -> bool:
+    """Whether no piece but the last leaves a quote open: a later one could close it
+    (``git 'open 'open`` is ``git 'open open'``, plain)."""
+    return all(text not in ("'open", '"open') for _, text in pieces[:-1])
+
+
 @st.composite
 def commands(draw: st.DrawFn) -> tuple[Any, tuple[str, ...] | None, tuple[str, ...]]:
     """``(rawInput.command, the words an allow rule may see: None if the shell expands
@@ -271,7 +280,7 @@ def commands(draw: st.DrawFn) -> tuple[Any, tuple[str, ...] | None, tuple[str, .
             ),
             min_size=1,
             max_size=4,
-        )
+        ).filter(opens_a_quote_only_last)
     )
     written = tuple(text for _, text in pieces)
     # (A running word first is the program itself: the rule names it, or allows nothing.)
@@ -1597,6 +1606,8 @@ ATTACKS_AND_SIBLINGS = [
     ("make build -C../..", "make build -Csub"),
     ("make build DESTDIR=/etc", "make build DESTDIR=dist"),
     ("go build -o../evil .", "go build -oevil ."),
+    ("find . -fprint /etc/x", "find . -fprint out.txt"),  # (writes: only outside refused)
+    ("find . -fls ../x", "find . -fls out.txt"),
     ("git diff file:///etc/passwd", "git diff HEAD"),
     ("git diff FILE:///etc/passwd", "git diff main"),
     ("git diff --output=file:x", "git diff --output=x"),
@@ -1625,8 +1636,31 @@ RUNNER_NAMES = [
     *["eval", "exec", "nohup", "timeout", "nice", "setsid", "parallel", "busybox"],
     *["python", "python2", "python3", "perl", "ruby", "node", "nodejs", "deno", "bun", "php"],
     *["lua", "tclsh", "osascript"],
+    # wrappers
+    *["toybox", "watch", "strace", "ltrace", "gdb", "lldb", "valgrind", "stdbuf", "chroot"],
+    *["flock", "ionice", "taskset", "chrt", "unshare", "nsenter", "runuser", "pkexec", "setpriv"],
+    *["prlimit", "numactl", "firejail", "bwrap", "fakeroot", "caffeinate", "systemd-run"],
+    *["systemd-inhibit", "dbus-launch", "dbus-run-session", "xvfb-run", "ssh-agent", "sg"],
+    *["unbuffer", "rlwrap", "faketime", "torsocks", "proxychains4", "entr", "watchexec"],
+    *["nodemon", "hyperfine"],
+    # terminals, multiplexers, remote shells; more shells
+    *["script", "expect", "tmux", "screen", "xterm", "gnome-terminal", "konsole", "alacritty"],
+    *["kitty", "ssh", "rsh", "mosh", "ash", "mksh", "yash", "csh", "tcsh", "rbash"],
+    # interpreters and package runners
+    *["npx", "pnpx", "bunx", "uvx", "pipx", "Rscript", "R", "julia", "wish", "pwsh"],
+    *["powershell", "awk", "gawk", "mawk", "nawk", "luajit", "irb", "pypy3", "tsx", "ts-node"],
+    *["guile", "racket", "sbcl", "ocaml", "runghc", "runhaskell", "elixir", "erl", "escript"],
+    *["dc", "gnuplot", "jshell", "groovy", "nu", "xonsh", "elvish"],
 ]
-EXEC_FLAGS = ["-exec", "-execdir", "-ok", "-okdir", "--pre", "--exec", "--command", "--run"]
+EXEC_FLAGS = [
+    *["-exec", "-execdir", "-ok", "-okdir", "--pre", "--exec", "--command", "--run"],
+    *["--to-command", "--use-compress-program", "--compress-program", "--checkpoint-action"],
+    *["--info-script", "--new-volume-script", "--rsh", "--rsh-command", "--rmt-command"],
+    *["--rsync-path", "--exec-batch", "--unzip-command", "--upload-pack", "--receive-pack"],
+    *["--extcmd", "--open-files-in-pager", "--sendmail-cmd", "--pager", "--eval"],
+    *["--diff-program", "--strip-program", "-toolexec", "--toolexec", "-vettool", "--vettool"],
+    *["--hostname-bin", "--editor-cmd", "--diff-cmd", "--diff3-cmd", "--config-option"],
+]
 
 
 @pytest.mark.parametrize(
@@ -1665,11 +1699,281 @@ def test_a_command_that_hands_a_later_word_to_another_program_is_not_plain(
         ["tool", "x=y"],
         ["sh", "x.sh"],  # (the program itself: the rule names it)
         ["env"],
+        ["ssh", "host", "uptime"],
+        # Wrappers named by everyday words: what they run is the next word, checked itself
+        ["grep", "-rn", "time", "src"],
+        ["grep", "-rn", "command", "src"],
+        ["tool", "builtin"],
     ],
 )
 def test_a_word_like_a_runner_but_not_one_leaves_a_command_plain(command: list[str]) -> None:
     assert subject_of(request(command), WS).words == tuple(command)
     assert answer(rule(command=command[:1]), request(command)) == "yes"
+
+
+# -- a program's own options that run another
+
+RUNS_ANOTHER = [
+    # git: a subcommand's options, and git's own before it (-c sets a config)
+    "git rebase -x ./evil main",
+    "git rebase --exec=./evil main",
+    "git rebase -ix ./evil main",
+    "git rebase --exe ./evil main",  # (abbreviated, as git allows)
+    "git difftool -x ./evil",
+    "git difftool --extcmd=./evil",
+    "git bisect run ./evil",
+    "git submodule --quiet foreach ./evil",
+    "git grep -O./evil TODO",
+    "git grep -nO ./evil TODO",
+    "git grep --open-files-in-pager=./evil TODO",
+    "git clone -u ./evil origin copy",
+    "git clone --upload-pack=./evil origin copy",
+    "git clone -c core.fsmonitor=./evil origin copy",
+    "git clone --config core.sshCommand=./evil origin copy",
+    "git clone --template=tpl origin copy",
+    "git fetch --upload-pack=./evil origin",
+    "git pull --upload-pack ./evil origin",
+    "git push --receive-pack=./evil origin",
+    "git push --exec=./evil origin",
+    "git ls-remote -u ./evil origin",
+    "git archive --remote=origin --exec=./evil HEAD",
+    "git send-email --sendmail-cmd=./evil x.patch",
+    "git send-email --smtp-server=/ws/evil x.patch",
+    "git filter-branch --tree-filter ./evil HEAD",
+    "git instaweb --httpd=./evil",
+    "git -c core.pager=./evil log",
+    "git -C . -c core.fsmonitor=./evil status",
+    "git --config-env=core.pager=EVIL log",
+    "git --exec-path=./evil status",
+    # tar, also in an option cluster and in its dashless first word
+    "tar -tf a.tar -I ./evil",
+    "tar -tf a.tar -I./evil",
+    "tar -xIf ./evil a.tar",
+    "tar xIf ./evil a.tar",
+    "tar -tf a.tar --use-compress-program=./evil",
+    "tar -tf a.tar --use-compress=./evil",  # (abbreviated, as GNU tar allows)
+    "tar -xf a.tar --to-command=./evil",
+    "tar -cf a.tar src --checkpoint-action=exec=./evil",
+    "tar -cf a.tar -F ./evil src",
+    "tar -cf a.tar --info-script=./evil src",
+    "tar -cf a.tar --new-volume-script=./evil src",
+    "tar -tf a.tar --rsh-command=./evil",
+    "bsdtar -tf a.tar --use-compress-program ./evil",
+    # fd, rsync, zip, sort, split, make, man
+    "fd name -x ./evil",
+    "fd name -X ./evil",
+    "fd -Hx ./evil name",
+    "fd name --exec ./evil",
+    "fd name --exec-batch ./evil",
+    "fdfind name -x ./evil",
+    "rsync -e ./evil src/ dst/",
+    "rsync -ave ./evil src/ dst/",
+    "rsync --rsh=./evil src/ dst/",
+    "rsync --rsync-path=./evil src/ dst/",
+    "zip a.zip src -T -TT ./evil",
+    "zip a.zip src --unzip-command=./evil",
+    "sort --compress-program=./evil a.txt",
+    "sort --compress-prog=./evil a.txt",
+    "split --filter=./evil a.txt",
+    "make test --eval=x",
+    "make test -E x",
+    "man -P ./evil ls",
+    "man -H./evil ls",
+    "man --pager=./evil ls",
+    "man -C evil.conf ls",
+    # ssh and its kin (ssh itself is a runner: it runs its words on the host)
+    "ssh -o ProxyCommand=./evil host",
+    "ssh -oProxyCommand=./evil host",
+    "ssh host -o LocalCommand=./evil",
+    "ssh -F evil.conf host",
+    "scp -S ./evil a.txt host:b.txt",
+    "scp -o ProxyCommand=./evil a.txt host:b.txt",
+    "sftp -b batch.txt host",
+    "sftp -D ./evil host",
+    # editors and pagers: their commands
+    "vim -c '!./evil' a.txt",
+    "vim '+!./evil' a.txt",
+    "vim --cmd x a.txt",
+    "vim -S evil.vim a.txt",
+    "nvim -l evil.lua",
+    "emacs --batch -l evil.el",
+    "emacs --batch --load=evil.el",
+    "emacs -batch -eval x",
+    "emacs -script evil.el",
+    "less '+!./evil' a.txt",
+    "less --lesskey-src=evil a.txt",
+    # sed: e runs a shell, r R w W read or write a file it names
+    "sed -n 1e a.txt",
+    "sed -n s/x/y/e a.txt",
+    "sed -n 's/x/y/ e' a.txt",
+    "sed -n 's/x/y/w out' a.txt",
+    "sed -n '1r /etc/passwd' a.txt",
+    "sed -n '$!N;W out' a.txt",
+    "sed -n ': a;e ./evil' a.txt",
+    "sed -n '1{b};e ./evil' a.txt",
+    "sed -f evil.sed a.txt",
+    "sed -e p -e 1e a.txt",
+    "sed -ne 1e a.txt",
+    "sed --expr=1e a.txt",
+    "sed -n -l 5 1e a.txt",
+    "sed -i.bak 1e a.txt",
+    # awk: system(), pipes, redirection, getline, ARGV, a program file, a library
+    "awk 'BEGIN{system(\"./evil\")}'",
+    "awk '{print | \"./evil\"}' a.txt",
+    "awk '{print > \"out\"}' a.txt",
+    "awk 'BEGIN{while ((getline l < \"/etc/passwd\") > 0) print l}'",
+    "awk 'BEGIN{ARGV[1]=\"/etc/passwd\";ARGC=2}{print}'",
+    "awk -f evil.awk a.txt",
+    "gawk '@load \"evil\"; BEGIN{}'",
+    "gawk -l evil 'BEGIN{}'",
+    # more: hg, pandoc, go, diff's siblings, wget
+    "hg pull -e ./evil",
+    "hg log --config hooks.pre-log=./evil",
+    "pandoc --lua-filter=evil.lua a.md",
+    "pandoc --filter ./evil a.md",
+    "go build -toolexec=./evil .",
+    "go vet -vettool=./evil .",
+    "sdiff --diff-program=./evil a.txt b.txt",
+    "wget --use-askpass=./evil https://x.org",
+    # a runner anywhere after the program
+    "tool x watch y",
+    "tool x npx cowsay",
+    "tool x awk 1",
+]
+
+
+@pytest.mark.parametrize("command", RUNS_ANOTHER)
+def test_a_command_that_makes_its_program_run_another_is_never_allowed(command: str) -> None:
+    """Not by a rule of its first two words, nor by an exact rule: what runs may be a file
+    the agent writes, so even the whole command does not say what it does (as with
+    ``find -exec``). The command is not plain (nothing to suggest allowing), and a deny rule
+    naming its program still matches."""
+    words = shlex.split(command)
+    for written in (command, words):
+        req = request(written)
+        assert subject_of(req, WS).words is None and subject_of(req, WS).outside
+        assert answer(rule(command=words[:2]), req) is None
+        assert answer(rule(command=words, exact=True), req) is None
+        assert answer([rule(command=words[:2]), deny(command=words[:1])], req) == "no"
+        assert suggest(req) == []
+
+
+STILL_ALLOWED = [
+    "git status --short",
+    "git log --oneline -5",
+    "git log -c",  # (after the subcommand, -c is its own option: a combined diff)
+    "git switch -c feature",
+    "git grep -c TODO",
+    "git cherry-pick -x abc123",
+    "git clean -xn",
+    "git status -uno",
+    "git push -u origin main",
+    "git fetch -u origin",
+    "git diff -b --ext-diff",  # (the program it may run comes from the config)
+    "git bisect good",
+    "grep -I foo src",
+    "grep -F x a.txt",
+    "tar -tf a.tar",
+    "tar -czf a.tgz src",
+    "tar czf a.tgz src",
+    "ls -F",
+    "fd name src",
+    "fd -H -e py name",
+    "rsync -a src/ dst/",
+    "rsync -avz src/ dst/",
+    "zip -r a.zip src",
+    "sort -o out.txt a.txt",
+    "make test",
+    "man ls",
+    "less a.txt",
+    "less +10 a.txt",
+    "vim +10 a.txt",
+    "ssh -p 22 host uptime",
+    "sed -n 10,20p a.txt",
+    "sed -n '3,$p' a.txt",  # (not /error/p: a word starting with / names a path outside)
+    "sed -n '$p' a.txt",
+    "sed -n '1~2p' a.txt",
+    "sed -n '3,+2p' a.txt",
+    "sed 's/foo/bar/g' a.txt",
+    "sed -E 's/(a|b)+/x/gI' a.txt",
+    "sed -i 's|old|new|' a.txt",
+    "sed -e 's/a/b/' -e 's/c/d/' a.txt",
+    "sed 'y/abc/xyz/' a.txt",
+    "sed -n '3{p;q}' a.txt",
+    "sed '$!N;P;D' a.txt",
+    "sed ':a;N;$!ba;s/\\n/ /g' a.txt",
+    "sed '1i header' a.txt",
+    "awk '{print $1}' a.txt",
+    "awk -F, '{print $2}' a.csv",
+    "awk -F'|' '{print $2}' a.txt",
+    "awk 'NR==1' a.txt",
+]
+
+
+@pytest.mark.parametrize("command", STILL_ALLOWED)
+def test_ordinary_commands_of_those_programs_are_still_allowed(command: str) -> None:
+    words = shlex.split(command)
+    assert answer(rule(command=words[:2]), request(command)) == "yes"
+    assert answer(rule(command=words, exact=True), request(words)) == "yes"
+    assert suggest(request(command))  # (each covers the command: see suggest)
+
+
+# (program, an option of its own that runs another program): independent of the table in
+# permclient.rules, spelled here every way the program reads it
+PROGRAM_EXEC_OPTIONS = [
+    *[("tar", option) for option in ["-I", "-F", "--to-command", "--use-compress-program"]],
+    *[("tar", option) for option in ["--checkpoint-action", "--info-script", "--rsh-command"]],
+    *[("fd", option) for option in ["-x", "-X", "--exec", "--exec-batch"]],
+    *[("rsync", option) for option in ["-e", "--rsh", "--rsync-path"]],
+    *[("zip", "-TT"), ("zip", "--unzip-command"), ("sort", "--compress-program")],
+    *[("ssh", "-o"), ("ssh", "-F"), ("scp", "-S"), ("scp", "-o"), ("sftp", "-b")],
+    *[("man", "-P"), ("man", "--pager"), ("man", "-H"), ("man", "-C"), ("make", "--eval")],
+    *[("vim", "-c"), ("vim", "--cmd"), ("vim", "-S"), ("nvim", "-l"), ("less", "--lesskey-src")],
+    *[("emacs", "--eval"), ("emacs", "-l"), ("emacs", "--load"), ("emacs", "-script")],
+    *[("awk", "-f"), ("gawk", "--load"), ("hg", "--config"), ("hg", "-e"), ("split", "--filter")],
+    *[("pandoc", "--lua-filter"), ("git rebase", "-x"), ("git rebase", "--exec")],
+    *[("git difftool", "-x"), ("git difftool", "--extcmd"), ("git grep", "-O")],
+    *[("git grep", "--open-files-in-pager"), ("git clone", "-u"), ("git clone", "-c")],
+    *[("git clone", "--upload-pack"), ("git clone", "--config"), ("git fetch", "--upload-pack")],
+    *[("git pull", "--upload-pack"), ("git push", "--receive-pack"), ("git ls-remote", "-u")],
+    *[("git send-email", "--sendmail-cmd"), ("git filter-branch", "--tree-filter")],
+    *[("git bisect", "run"), ("git submodule", "foreach")],
+]
+ORDINARY_WORDS = ["-v", "a.txt", "src/", "--verbose"]
+
+
+def spellings(option: str, value: str) -> list[list[str]]:
+    """Every way a program reads ``option`` given ``value``: a short one also attached
+    and after another letter in one word, a long one also after ``=`` and abbreviated."""
+    if option.startswith("--"):
+        return [[option, value], [f"{option}={value}"], [f"{option[:-1]}={value}"]]
+    if len(option) == 2:
+        return [[option, value], [option + value], [f"-v{option[1]}", value]]
+    return [[option, value]]
+
+
+@FAST
+@given(
+    data=st.data(),
+    case=st.sampled_from(PROGRAM_EXEC_OPTIONS),
+    before=st.lists(st.sampled_from(ORDINARY_WORDS), max_size=2),
+    after=st.lists(st.sampled_from(ORDINARY_WORDS), max_size=2),
+)
+def test_an_option_that_runs_another_program_is_never_allowed_however_spelled(
+    data: st.DataObject,
+    case: tuple[str, str],
+    before: list[str],
+    after: list[str],
+) -> None:
+    program, option = case
+    head = program.split()
+    spelled = data.draw(st.sampled_from(spellings(option, "./evil")))
+    command = [*head, *before, *spelled, *after]
+    written = data.draw(st.sampled_from([command, shlex.join(command)]))
+    assert answer(rule(command=head), request([*head, *before, *after])) == "yes"  # (not vacuous)
+    prefixes = [rule(command=command[:n]) for n in range(1, len(command) + 1)]
+    assert answer([*prefixes, rule(command=command, exact=True)], request(written)) is None
+    assert answer([*prefixes, deny(command=head[:1])], request(written)) == "no"
 
 
 def test_commands_too_long_to_read_are_unread() -> None:
@@ -1720,7 +2024,7 @@ def test_a_shell_with_options_that_take_a_word_still_runs_its_script() -> None:
     [
         ("git -C . push", True),
         ("git --no-pager push", True),
-        ("git -c core.x=y push --force", True),
+        ("git -c core.x=y push --force", False),  # (-c sets a config: it may name a program)
         ("git push", True),
         (["git", "-C", "src", "push"], True),
         ("/usr/bin/git push origin main", False),  # (by its name; the path is outside)
