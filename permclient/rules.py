@@ -655,6 +655,13 @@ def _awk_reaches_out(words: Sequence[str]) -> bool:
     return False
 
 
+def _runs_its_words(words: Sequence[str]) -> bool:
+    """Whether the program runs its other words (``watch``, ``ssh host``, ``eval``,
+    ``sudo``), some joined into one shell line: a rule of its first words covers only
+    exactly those (``watch date …`` would cover ``watch date '&&' rm -rf x``)."""
+    return _program_name(words[0]) in _RUNNERS
+
+
 def _program_name(word: str) -> str:
     """``/usr/bin/python3.11`` → ``python``: a program's name without its folder and version."""
     return _VERSION.sub("", posixpath.basename(word.split(maxsplit=1)[0] if word.strip() else word))
@@ -875,7 +882,7 @@ def _covers(
         words = subject.words
         if words is None or words[: len(rule.command)] != rule.command:
             return False
-        if rule.exact and len(words) != len(rule.command):
+        if len(words) != len(rule.command) and (rule.exact or _runs_its_words(words)):
             return False
     elif not _names_in(rule.command, subject.all_words):
         return False
@@ -1213,7 +1220,7 @@ def suggested_rules(
     try:
         if subject.words is not None:
             words = subject.words
-            if len(words) > 1 and _SUBCOMMAND.fullmatch(words[1]):
+            if len(words) > 1 and _SUBCOMMAND.fullmatch(words[1]) and not _runs_its_words(words):
                 return [scoped(command=words[:2])]
             return [scoped(command=words, exact=True)]  # (a prefix of it could be anything)
         if subject.all_words:

@@ -1697,9 +1697,7 @@ def test_a_command_that_hands_a_later_word_to_another_program_is_not_plain(
         ["tool", "--sh"],
         ["tool", "python-config"],
         ["tool", "x=y"],
-        ["sh", "x.sh"],  # (the program itself: the rule names it)
         ["env"],
-        ["ssh", "host", "uptime"],
         # Wrappers named by everyday words: what they run is the next word, checked itself
         ["grep", "-rn", "time", "src"],
         ["grep", "-rn", "command", "src"],
@@ -1709,6 +1707,15 @@ def test_a_command_that_hands_a_later_word_to_another_program_is_not_plain(
 def test_a_word_like_a_runner_but_not_one_leaves_a_command_plain(command: list[str]) -> None:
     assert subject_of(request(command), WS).words == tuple(command)
     assert answer(rule(command=command[:1]), request(command)) == "yes"
+
+
+@pytest.mark.parametrize("command", [["sh", "x.sh"], ["ssh", "host", "uptime"]])
+def test_a_runner_as_the_program_is_plain_but_allowed_only_by_its_whole_words(
+    command: list[str],
+) -> None:
+    assert subject_of(request(command), WS).words == tuple(command)
+    assert answer(rule(command=command), request(command)) == "yes"
+    assert answer(rule(command=command[:1]), request(command)) != "yes"
 
 
 # -- a program's own options that run another
@@ -1888,7 +1895,6 @@ STILL_ALLOWED = [
     "less a.txt",
     "less +10 a.txt",
     "vim +10 a.txt",
-    "ssh -p 22 host uptime",
     "sed -n 10,20p a.txt",
     "sed -n '3,$p' a.txt",  # (not /error/p: a word starting with / names a path outside)
     "sed -n '$p' a.txt",
@@ -1903,6 +1909,12 @@ STILL_ALLOWED = [
     "sed '$!N;P;D' a.txt",
     "sed ':a;N;$!ba;s/\\n/ /g' a.txt",
     "sed '1i header' a.txt",
+]
+
+
+# Programs that run their words (a remote shell, an interpreter): allowed exactly only.
+STILL_ALLOWED_EXACTLY = [
+    "ssh -p 22 host uptime",
     "awk '{print $1}' a.txt",
     "awk -F, '{print $2}' a.csv",
     "awk -F'|' '{print $2}' a.txt",
@@ -1910,10 +1922,11 @@ STILL_ALLOWED = [
 ]
 
 
-@pytest.mark.parametrize("command", STILL_ALLOWED)
+@pytest.mark.parametrize("command", STILL_ALLOWED + STILL_ALLOWED_EXACTLY)
 def test_ordinary_commands_of_those_programs_are_still_allowed(command: str) -> None:
     words = shlex.split(command)
-    assert answer(rule(command=words[:2]), request(command)) == "yes"
+    by_prefix = answer(rule(command=words[:2]), request(command))
+    assert by_prefix == ("yes" if command in STILL_ALLOWED else None)
     assert answer(rule(command=words, exact=True), request(words)) == "yes"
     assert suggest(request(command))  # (each covers the command: see suggest)
 
@@ -1970,7 +1983,8 @@ def test_an_option_that_runs_another_program_is_never_allowed_however_spelled(
     spelled = data.draw(st.sampled_from(spellings(option, "./evil")))
     command = [*head, *before, *spelled, *after]
     written = data.draw(st.sampled_from([command, shlex.join(command)]))
-    assert answer(rule(command=head), request([*head, *before, *after])) == "yes"  # (not vacuous)
+    ordinary = [*head, *before, *after]
+    assert answer(rule(command=ordinary, exact=True), request(ordinary)) == "yes"  # (not vacuous)
     prefixes = [rule(command=command[:n]) for n in range(1, len(command) + 1)]
     assert answer([*prefixes, rule(command=command, exact=True)], request(written)) is None
     assert answer([*prefixes, deny(command=head[:1])], request(written)) == "no"
@@ -2806,3 +2820,26 @@ def test_other_spellings_of_a_cwd_key_and_a_file_url_location_count() -> None:
     assert subject_of(request("ls", raw={"command": "ls", "working_dir": "/etc"}), WS).outside
     assert subject_of(request(None, kind="read", locations=["file:///etc/passwd"]), WS).outside
     assert not subject_of(request("ls", raw={"command": "ls", "workingDir": "src"}), WS).outside
+
+
+@pytest.mark.parametrize(
+    ("shown", "later"),
+    [
+        ("eval echo hi", "eval echo hi ';' rm -rf x"),  # eval joins its words into a line
+        ("watch date", "watch date '&&' rm -rf x"),  # so does watch
+        ("ssh host ls", "ssh host rm -rf x"),  # and the remote shell
+        ("sudo ls", "sudo ls -la"),
+        ("env ls", "env ls x"),
+    ],
+)
+def test_a_program_that_runs_its_words_is_offered_and_allowed_only_exactly(
+    shown: str, later: str
+) -> None:
+    [offered] = suggested_rules(request(shown), workspace=WS, effect="allow")
+    assert offered.exact
+    assert engine(offered).decide(request(shown)) is not None
+    assert engine(offered).decide(request(later)) is None
+    # A prefix rule of those words, written by hand, covers them exactly too.
+    by_hand = rule(command=shlex.split(shown))
+    assert engine(by_hand).decide(request(shown)) is not None
+    assert engine(by_hand).decide(request(later)) is None
