@@ -212,7 +212,10 @@ async def test_a_saved_rule_answers_its_card_and_the_others_then_each_later_one_
             {"type": "save_rule", "questionId": q1["questionId"], "sessionId": s1, "index": 0}
         )
         for inbox in (a, b):
-            for question in (q1, q2):
+            listing = await inbox.take({"type": "rules"})
+            assert rows(listing) == [(1, "allow", GIT_STATUS_RULE, 0)]  # (saved)
+            assert listing["rules"][0]["keptIn"] == str(places.rules_file)
+            for hits, question in enumerate((q1, q2), 1):
                 resolved = await inbox.take(
                     {"type": "resolved", "questionId": question["questionId"]}
                 )
@@ -234,13 +237,9 @@ async def test_a_saved_rule_answers_its_card_and_the_others_then_each_later_one_
                     "number": 1,
                     "rule": GIT_STATUS_RULE,
                     "outcome": "allowed",
+                    "hits": hits,  # (its answers so far: no list is sent per answer)
                     "questionId": question["questionId"],
                 }
-            listing = await inbox.take({"type": "rules"})
-            assert rows(listing) == [(1, "allow", GIT_STATUS_RULE, 0)]  # (saved)
-            assert listing["rules"][0]["keptIn"] == str(places.rules_file)
-            listing = await inbox.take({"type": "rules"})
-            assert rows(listing) == [(1, "allow", GIT_STATUS_RULE, 2)]  # (and it answered)
         for session_id in (s1, s2):
             text = await a.turn(session_id)
             assert "exit code" in text and "denied" not in text, text
@@ -275,6 +274,9 @@ async def test_a_saved_rule_answers_its_card_and_the_others_then_each_later_one_
         assert receipt["questionId"] == "" and receipt["sessionId"] == s1
         assert receipt["number"] == 1 and receipt["outcome"] == "allowed"
         assert receipt["title"] == "local_shell: git status"
+        assert receipt["hits"] == 3
+        assert a.kept({"type": "rules"}) == []  # (the receipt carries the hits)
+        assert (await b.take({"type": "rule_receipt", "questionId": ""}))["hits"] == 3
 
         # What the rule does not cover is asked. An allow's reason goes nowhere.
         push = await asked(a, s1, "run git push")
@@ -928,8 +930,7 @@ async def test_each_reply_names_its_request_by_ref_and_what_every_view_is_told_n
             news = [
                 await inbox.take({"type": "rules"}),
                 await inbox.take({"type": "resolved", "questionId": q["c1"]["questionId"]}),
-                await inbox.take({"type": "rule_receipt"}),
-                await inbox.take({"type": "rules"}),
+                await inbox.take({"type": "rule_receipt", "hits": 1}),
             ]
             assert [m for m in news if "ref" in m] == []
         await a.send({**preview, "what": "executes", "ref": "again"})

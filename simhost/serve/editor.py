@@ -184,6 +184,7 @@ class EditorDesk:
                 answer.number,
                 described,
                 "allowed" if allowed else "denied",
+                self.engine.hits(answer.rule),  # (counted before it is told)
                 self._answering,
             )
         )
@@ -238,7 +239,6 @@ class EditorDesk:
                 self.engine.record(found)  # (the hit, and the receipt)
             finally:
                 self._answering = ""
-        self._broadcast(self.rules())  # (with the hits)
         if question_id in self._pending:
             return Error(
                 "the rule is saved, but it does not answer this card (no option of the kind "
