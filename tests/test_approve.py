@@ -15,6 +15,7 @@ import functools
 import io
 import json
 import os
+import re
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -1111,8 +1112,10 @@ async def test_an_editor_rule_picked_by_key_shows_its_whole_label_and_waits_for_
         rule = ALLOW_X.removeprefix("Always ")
         ui.approver.receive(RuleSaved(1, rule, ref=ref_of(ui, SaveRule)))
         ui.approver.receive(Resolved("q1", "selected", "allow", "rule 1"))
-        ui.approver.receive(RuleReceipt("s1", "call-q1", "run call-q1", 1, rule, "allowed", "q1"))
-        ui.approver.receive(RuleReceipt("s1", "call-q7", "run\x1b[2J", 1, rule, "denied"))
+        ui.approver.receive(
+            RuleReceipt("s1", "call-q1", "run call-q1", 1, rule, "allowed", 1, "q1")
+        )
+        ui.approver.receive(RuleReceipt("s1", "call-q7", "run\x1b[2J", 1, rule, "denied", 2))
         text = ui.out.getvalue()
         assert f"rule 1 saved: {rule}" in text
         assert "✓ answered by rule 1: Allow  allow_once · run call-q1 · (s1)" in text
@@ -1181,13 +1184,21 @@ async def test_commands_are_typed_on_a_line_of_their_own_and_list_and_revoke_rul
         ui.approver.receive(Rules([msgspec.structs.replace(rows[1], number=1)]))
         assert f"rule 1 revoked: {rows[0].rule}" in ui.out.getvalue()
         assert ui.out.getvalue().count("editor rules (a deny rule") == 1  # news: not shown
+        # Each receipt carries its rule's hits (no list is sent per answer); one naming
+        # words the list does not have at that number changes no row.
+        deny_rm = rows[1].rule
+        ui.approver.receive(RuleReceipt("s1", "c8", "rm a", 1, deny_rm, "denied", 6))
+        ui.approver.receive(RuleReceipt("s1", "c9", "rm b", 1, deny_rm, "denied", 7))
+        ui.approver.receive(RuleReceipt("s1", "c9", "git status", 1, rows[0].rule, "allowed", 99))
 
         # The last list shown says rule 2 is the deny rule; the server's news says it is
-        # rule 1 now: nothing is sent, and the list is shown.
+        # rule 1 now: nothing is sent, and the list is shown, with the hits as of now.
         await type_line(ui, "/rules rm 2")
-        assert "rule 2 changed or is gone since the last list: nothing revoked" in (
-            ui.out.getvalue()
-        )
+        text = ui.out.getvalue()
+        assert "rule 2 changed or is gone since the last list: nothing revoked" in text
+        shown = text.rpartition("editor rules (a deny rule beats an allow rule)")[2]
+        assert re.search(r"│ 1 +│ deny `rm …` in every workspace, until revoked +│ 7 +│", shown)
+        assert "99" not in shown
         assert len(sent_of(ui, RevokeRule)) == 1
         # Refused by the server: the list it sends again is shown.
         renumbered = [msgspec.structs.replace(row, number=3 - row.number) for row in rows]

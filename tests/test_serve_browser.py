@@ -508,7 +508,7 @@ def test_the_rules_view_follows_the_rules_other_tabs_save_and_revoke(
 ) -> None:
     workspace, state = places(tmp_path)
     with served_sync(workspace, "--state-dir", str(state)) as (url, _):
-        a = open_tab(browser, tabs, url)
+        a = open_tab(browser, tabs, url, clock=True)
         b = open_tab(browser, tabs, url)
         b.page.get_by_role("button", name="Rules", exact=True).click()
         view = b.page.get_by_role("region", name="Editor rules")
@@ -522,6 +522,14 @@ def test_the_rules_view_follows_the_rules_other_tabs_save_and_revoke(
         expect(listed).to_have_count(1)
         expect(listed.first).to_contain_text("allow `echo from-a …` in this workspace")
         expect(listed.first).to_contain_text("hits: 1")
+        # The rule answers the next one as it arrives: B's row counts it from the receipt
+        # (no list is sent per answer), in place (the focus stays on its button).
+        revoke = view.get_by_role("button", name="Revoke rule 1")
+        revoke.focus()
+        a.prompt_again("run echo from-a")
+        expect(listed.first).to_contain_text("hits: 2")
+        expect(revoke).to_be_focused()
+        view.get_by_role("button", name="Back to the session").focus()  # (Revoke goes next)
         a.page.get_by_role("button", name="Rules", exact=True).click()
         a.page.get_by_role("region", name="Editor rules").get_by_role(
             "button", name="Revoke rule 1"
@@ -531,7 +539,9 @@ def test_the_rules_view_follows_the_rules_other_tabs_save_and_revoke(
         b.page.keyboard.press("Escape")  # (leaves the view)
         expect(view).to_be_hidden()
         expect(b.card()).to_have_count(0)
-        expect(b.transcript().locator(".entry-receipt")).to_contain_text("⚖ rule 1 allowed")
+        receipts = b.transcript().locator(".entry-receipt")
+        expect(receipts).to_have_count(2)
+        expect(receipts.last).to_contain_text("⚖ rule 1 allowed")
 
 
 def test_a_denial_with_a_typed_reason_reaches_the_agent(

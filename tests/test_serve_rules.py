@@ -26,7 +26,7 @@ import trio.testing
 from trio_websocket import WebSocketConnection
 
 from permclient.relay import Relay
-from permclient.rules import EditorRule, load_rules, save_rules
+from permclient.rules import EditorRule, Effect, load_rules, save_rules
 from simhost.audit import AUDIT_NAME
 from simhost.chat.backends import AcpBackend
 from simhost.rulebook import RULES_NAME, open_rules, user_rules_file
@@ -212,7 +212,10 @@ async def test_a_saved_rule_answers_its_card_and_the_others_then_each_later_one_
             {"type": "save_rule", "questionId": q1["questionId"], "sessionId": s1, "index": 0}
         )
         for inbox in (a, b):
-            for question in (q1, q2):
+            listing = await inbox.take({"type": "rules"})
+            assert rows(listing) == [(1, "allow", GIT_STATUS_RULE, 0)]  # (saved)
+            assert listing["rules"][0]["keptIn"] == str(places.rules_file)
+            for hits, question in enumerate((q1, q2), 1):
                 resolved = await inbox.take(
                     {"type": "resolved", "questionId": question["questionId"]}
                 )
@@ -234,13 +237,9 @@ async def test_a_saved_rule_answers_its_card_and_the_others_then_each_later_one_
                     "number": 1,
                     "rule": GIT_STATUS_RULE,
                     "outcome": "allowed",
+                    "hits": hits,  # (its answers so far: no list is sent per answer)
                     "questionId": question["questionId"],
                 }
-            listing = await inbox.take({"type": "rules"})
-            assert rows(listing) == [(1, "allow", GIT_STATUS_RULE, 0)]  # (saved)
-            assert listing["rules"][0]["keptIn"] == str(places.rules_file)
-            listing = await inbox.take({"type": "rules"})
-            assert rows(listing) == [(1, "allow", GIT_STATUS_RULE, 2)]  # (and it answered)
         for session_id in (s1, s2):
             text = await a.turn(session_id)
             assert "exit code" in text and "denied" not in text, text
@@ -275,6 +274,9 @@ async def test_a_saved_rule_answers_its_card_and_the_others_then_each_later_one_
         assert receipt["questionId"] == "" and receipt["sessionId"] == s1
         assert receipt["number"] == 1 and receipt["outcome"] == "allowed"
         assert receipt["title"] == "local_shell: git status"
+        assert receipt["hits"] == 3
+        assert a.kept({"type": "rules"}) == []  # (the receipt carries the hits)
+        assert (await b.take({"type": "rule_receipt", "questionId": ""}))["hits"] == 3
 
         # What the rule does not cover is asked. An allow's reason goes nowhere.
         push = await asked(a, s1, "run git push")
@@ -398,15 +400,18 @@ async def test_rules_kept_in_both_files_answer_from_the_start_and_list_where_the
     ]
 
 
-async def test_a_newer_agents_request_reaches_the_views_and_no_rule_reads_it(
+async def test_a_newer_agents_request_reaches_the_views_and_no_rule_allows_it(
     places: Places,
 ) -> None:
     """permclient types it only in part: only a handler that keeps the raw params may
-    take it (the views show it as it arrived). No rule decides on what it cannot read,
-    and no rule is offered for it."""
+    take it (the views show it as it arrived). No rule allows what it cannot read in
+    full, even one whose command it names, and no rule is offered for it."""
     save_rules(
         user_rules_file(),
-        [EditorRule(effect="deny", scope="everywhere", lifetime="revoked", title="run tests")],
+        [
+            EditorRule(effect="allow", scope="everywhere", lifetime="revoked", command=("echo",)),
+            EditorRule(effect="allow", scope="everywhere", lifetime="revoked", title="run *"),
+        ],
     )
     agent = f"{sys.executable} {FAKE_AGENTS / 'newer_acp_agent.py'}"
     async with (
@@ -817,6 +822,99 @@ async def test_a_deny_rule_saved_from_a_card_answers_what_it_covers_in_every_ses
     ]
 
 
+async def test_a_deny_rule_denies_a_newer_agents_request_by_what_of_it_can_be_read(
+    places: Places,
+) -> None:
+    """A request permclient types only in part (an unknown kind, status or content
+    type) is denied by a deny rule that covers what can be read of it: its title, its
+    raw input's command and paths, its locations, its known kind, the content items of
+    known types. Never allowed by a rule: the rest goes to the views."""
+    workspace = str(places.workspace.resolve())
+
+    def kept(effect: Effect, **matches: Any) -> EditorRule:
+        return EditorRule(
+            effect=effect, scope="workspace", lifetime="revoked", workspace=workspace, **matches
+        )
+
+    save_rules(
+        places.rules_file,
+        [
+            kept("allow", command=("echo",)),
+            kept("deny", command=("rm",)),
+            kept("deny", title="launch *"),
+            kept("deny", kinds=("execute",), title="ship it"),
+            kept("deny", paths=("secrets/**",)),
+            kept("deny", kinds=("edit",), title="teleport it"),
+        ],
+    )
+    words = {
+        number: rule.describe(workspace)
+        for number, rule in enumerate(load_rules(places.rules_file)[0], 1)
+    }
+    async with desk(places) as d, view(d.authority) as ws_a, view(d.authority) as ws_b:
+        a, b = Inbox(ws_a, "A"), Inbox(ws_b, "B")
+        await a.open()
+        await b.open()
+        secret = f"{workspace}/secrets/key.pem"
+        hologram = {"type": "hologram", "scene": "a big red button"}
+        denied = [
+            # (the command, read from the raw input; the title; the known kind, the status
+            # unknown; a location; a diff beside content of an unknown type)
+            await d.ask("s1", title="t", kind="teleport", rawInput={"command": "rm -r build"}),
+            await d.ask("s1", title="launch rockets", kind="teleport"),
+            await d.ask("s2", title="ship it", kind="execute", status="hovering"),
+            await d.ask("s2", title="t", kind="teleport", locations=[{"path": secret}]),
+            await d.ask(
+                "s1",
+                title="t",
+                kind="edit",
+                content=[hologram, {"type": "diff", "path": secret, "newText": "x"}],
+            ),
+        ]
+        answers = await d.answers(len(denied))
+        assert answers == {request_id: selected("deny") for request_id in denied}
+        for inbox in (a, b):
+            receipts = [
+                await inbox.take({"type": "rule_receipt", "toolCallId": f"c{call}"})
+                for call in range(1, 6)
+            ]
+            assert [(r["number"], r["outcome"], r["hits"], r["questionId"]) for r in receipts] == [
+                (2, "denied", 1, ""),
+                (3, "denied", 1, ""),
+                (4, "denied", 1, ""),
+                (5, "denied", 1, ""),
+                (5, "denied", 2, ""),
+            ]
+            assert receipts[1]["title"] == "launch rockets"
+            assert inbox.kept({"type": "requested"}) == []
+
+        # Nothing a rule would allow, nor a deny rule for a kind it cannot read: asked.
+        allowed = await d.ask("s1", title="t", kind="teleport", rawInput={"command": "echo hi"})
+        await d.ask("s2", title="teleport it", kind="teleport")
+        asked_now = [(await a.take({"type": "requested"}))["question"] for _ in range(2)]
+        assert [(q["toolCallId"], q["understood"]) for q in asked_now] == [
+            ("c6", False),
+            ("c7", False),
+        ]
+        await a.send(answer(asked_now[0], "allow"))
+        assert await d.answers(1) == {allowed: selected("allow")}
+        assert a.kept({"type": "rule_offers"}) == a.kept({"type": "rule_receipt"}) == []
+        listing = await a.reply({"type": "list_rules"}, "rules")
+        assert [r["hits"] for r in listing["rules"]] == [0, 1, 1, 1, 2, 0]
+    assert [
+        (r["toolCall"], r["outcome"], r["by"], r.get("detail"), r.get("command"), r.get("paths"))
+        for r in places.audit()
+    ] == [
+        ("c1", "denied", "rule", f"rule 2: {words[2]}", "rm -r build", None),
+        ("c2", "denied", "rule", f"rule 3: {words[3]}", None, None),
+        ("c3", "denied", "rule", f"rule 4: {words[4]}", None, None),
+        ("c4", "denied", "rule", f"rule 5: {words[5]}", None, [secret]),
+        ("c5", "denied", "rule", f"rule 5: {words[5]}", None, [secret]),
+        ("c6", "allowed", "person", "view A", None, None),
+        ("c7", "cancelled", "teardown", "shutdown", None, None),
+    ]
+
+
 async def test_malformed_or_misdirected_requests_are_errors_and_change_nothing(
     places: Places,
 ) -> None:
@@ -928,8 +1026,7 @@ async def test_each_reply_names_its_request_by_ref_and_what_every_view_is_told_n
             news = [
                 await inbox.take({"type": "rules"}),
                 await inbox.take({"type": "resolved", "questionId": q["c1"]["questionId"]}),
-                await inbox.take({"type": "rule_receipt"}),
-                await inbox.take({"type": "rules"}),
+                await inbox.take({"type": "rule_receipt", "hits": 1}),
             ]
             assert [m for m in news if "ref" in m] == []
         await a.send({**preview, "what": "executes", "ref": "again"})

@@ -535,6 +535,11 @@ class Approver:
                 receipt.rule,
             )
         )
+        # The server sends no list per answer: the receipt's hits keep the last list
+        # current (it is shown when a revocation finds the list shown stale).
+        for row in self._latest_rules or ():
+            if (row.number, row.rule) == (receipt.number, receipt.rule):
+                row.hits = receipt.hits
 
     def _save(self, card: Approval, offer: RuleOffer) -> None:
         """Ask the server to keep ``offer``: it answers the card (and every pending

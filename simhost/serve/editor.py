@@ -15,11 +15,21 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Final
+from typing import Final, TypeVar
 
 import msgspec
 
-from permclient import Deferred, PermissionRequest, Question, Selected, deferred
+from permclient import (
+    Deferred,
+    PermissionRequest,
+    Question,
+    Selected,
+    ToolCallContent,
+    ToolCallLocation,
+    ToolCallUpdate,
+    ToolKind,
+    deferred,
+)
 from permclient.relay import Relay, RelayEvent, RelayQuestion, Requested, Resolved, Withdrawn
 from permclient.rules import (
     TOOL_KINDS,
@@ -58,6 +68,71 @@ _WITHDRAWN_BY: Final[dict[str, AnsweredBy]] = {
     "shutdown": "teardown",
     "answered elsewhere": "elsewhere",
 }
+
+
+class _ToolCallFields(msgspec.Struct, rename="camel"):
+    """A tool call's fields that rules read, each kept undecoded: one value this
+    version does not know must not hide the others."""
+
+    kind: msgspec.Raw = msgspec.Raw()
+    content: msgspec.Raw = msgspec.Raw()
+    locations: msgspec.Raw = msgspec.Raw()
+    raw_input: msgspec.Raw = msgspec.Raw()
+
+
+class _RequestFields(msgspec.Struct, rename="camel"):
+    tool_call: _ToolCallFields
+
+
+_T = TypeVar("_T")
+_READ_ERRORS: Final = (msgspec.ValidationError, msgspec.DecodeError, RecursionError)
+_fields_decoder: Final = msgspec.json.Decoder(_RequestFields)
+_kind_decoder: Final = msgspec.json.Decoder(ToolKind)
+_locations_decoder: Final = msgspec.json.Decoder(list[ToolCallLocation])
+_items_decoder: Final = msgspec.json.Decoder(list[msgspec.Raw])
+_item_decoder: Final = msgspec.json.Decoder(ToolCallContent)
+
+
+def _read(decoder: msgspec.json.Decoder[_T], raw: msgspec.Raw) -> _T | None:
+    """``raw`` decoded, or ``None`` if absent, null or not what this version reads."""
+    if not raw:
+        return None
+    try:
+        return decoder.decode(raw)
+    except _READ_ERRORS:
+        return None
+
+
+def _readable_part(question: Question) -> PermissionRequest | None:
+    """What can be read of a request typed only in part (its raw params): the typed
+    session, title and options, with the kind if it is a known one, the locations,
+    the content items of known types and the raw input. What cannot be read is left
+    out, so only a deny rule may use this (for it, reading less is asking a person)."""
+    if question.raw_params is None:
+        return None
+    try:
+        fields = _fields_decoder.decode(question.raw_params).tool_call
+    except _READ_ERRORS:
+        return None
+    items = [_read(_item_decoder, item) for item in _read(_items_decoder, fields.content) or ()]
+    raw_input = fields.raw_input
+    try:
+        msgspec.json.decode(raw_input or b"null")
+    except _READ_ERRORS:  # (nested too deep for a rule to read)
+        raw_input = msgspec.Raw()
+    known = question.request
+    return PermissionRequest(
+        known.session_id,
+        ToolCallUpdate(
+            known.tool_call.tool_call_id,
+            title=known.tool_call.title,
+            kind=_read(_kind_decoder, fields.kind),
+            content=[item for item in items if item is not None] or None,
+            locations=_read(_locations_decoder, fields.locations),
+            raw_input_json=raw_input,
+        ),
+        question.offered,
+    )
 
 
 def _request_of(question: RelayQuestion) -> PermissionRequest | None:
@@ -103,13 +178,27 @@ class EditorDesk:
         handler rather than the engine stacked above the relay's: permclient gives a
         request it types only in part (a newer agent's) to the session's latest
         handler alone, and only if that one keeps the raw params, as the relay's does
-        (no rule can read such a request: the views show it as it arrived)."""
+        (only a deny rule may answer such a request: the views show it as it arrived)."""
         if question.understood:
             decision = self.engine.decide(question.request)
-            if decision is not None:
-                question.answer(decision)
-                return
+        else:
+            decision = self._denied_in_part(question)
+        if decision is not None:
+            question.answer(decision)
+            return
         self.relay.handler.function(question)
+
+    def _denied_in_part(self, question: Question) -> Selected | None:
+        """A deny rule's answer to a request typed only in part, from what of it can be
+        read (:func:`_readable_part`); never an allow: what cannot be read may be anything."""
+        request = _readable_part(question)
+        found = self.engine.match(request) if request is not None else None
+        if request is None or found is None or found.rule.effect != "deny":
+            return None
+        if not self._option_kind(request, found.decision).startswith("reject"):
+            return None
+        self.engine.record(found)  # (the hit; the receipt and the audit line)
+        return found.decision
 
     # ------------------------------------------------------------- relay events
 
@@ -184,6 +273,7 @@ class EditorDesk:
                 answer.number,
                 described,
                 "allowed" if allowed else "denied",
+                self.engine.hits(answer.rule),  # (counted before it is told)
                 self._answering,
             )
         )
@@ -238,7 +328,6 @@ class EditorDesk:
                 self.engine.record(found)  # (the hit, and the receipt)
             finally:
                 self._answering = ""
-        self._broadcast(self.rules())  # (with the hits)
         if question_id in self._pending:
             return Error(
                 "the rule is saved, but it does not answer this card (no option of the kind "

@@ -261,7 +261,9 @@ class RuleOffers(_ServerMessage, tag="rule_offers"):
 
 class RuleReceipt(_ServerMessage, tag="rule_receipt"):
     """An editor rule answered a question (``questionId`` is empty for one that was
-    never shown: the rule answered it as it arrived)."""
+    never shown: the rule answered it as it arrived). ``hits``: how many questions
+    rule ``number`` (which reads ``rule``) has answered now, this one included; a
+    view sets that row's hits from it (no ``rules`` list is sent per answer)."""
 
     session_id: str
     tool_call_id: str
@@ -269,6 +271,7 @@ class RuleReceipt(_ServerMessage, tag="rule_receipt"):
     number: int
     rule: str
     outcome: Literal["allowed", "denied"]
+    hits: int
     question_id: str = ""
 
 
@@ -282,7 +285,8 @@ class RuleRow(msgspec.Struct, rename="camel"):
 
 class Rules(_Reply, tag="rules"):
     """Every editor rule, numbered (sent on ``list_rules``, after a refused
-    ``revoke_rule``, and to every view when they change)."""
+    ``revoke_rule``, and to every view when they change; a rule's hits change
+    with each ``rule_receipt`` meanwhile)."""
 
     rules: list[RuleRow]
 

@@ -534,6 +534,16 @@ function receiptCame(message) {
   const title = escapedText(typeof message.title === "string" && message.title ? message.title : message.toolCallId);
   const rule = escapedText(String(message.rule ?? ""), 2 * SHORT);
   addEntry(session(message.sessionId), { kind: "receipt", outcome, text: `⚖ rule ${number} ${outcome}: ${title} — ${rule}` });
+  receiptCounted(message);
+}
+
+// The receipt carries the rule's hits: its row is kept current without a list per answer.
+// The row must have both its number and its words (a list gone stale names another rule).
+function receiptCounted(message) {
+  if (!state.rules || !Number.isInteger(message.number) || typeof message.rule !== "string") return;
+  if (!Number.isInteger(message.hits) || message.hits < 0) return;
+  const row = state.rules.find((known) => known.number === message.number && known.rule === message.rule);
+  if (row) row.hits = message.hits;
 }
 
 function rulesCame(list) {
@@ -1058,12 +1068,22 @@ function renderRules() {
   else if (rules.length === 0) status = "No editor rules yet: save one from a card's “Editor rules”.";
   else status = `${rules.length} rule${rules.length === 1 ? "" : "s"}, in the order they are checked (a deny beats an allow).`;
   if (els.rulesStatus.textContent !== status) els.rulesStatus.textContent = status;
-  // Drawn again only when it changed (a redraw would take the focus off a button).
-  const drawn = JSON.stringify([rules, state.revoking, ready()]);
-  if (els.rulesList.dataset.drawn === drawn) return;
-  els.rulesList.dataset.drawn = drawn;
+  // Drawn again only when it changed (a redraw would take the focus off a button); hits
+  // change with every receipt, so they are written into the rows drawn.
+  const drawn = JSON.stringify([(rules || []).map(({ hits, ...row }) => row), state.revoking, ready()]);
+  if (els.rulesList.dataset.drawn !== drawn) {
+    els.rulesList.dataset.drawn = drawn;
+    drawRules(rules || []);
+  }
+  (rules || []).forEach((row, index) => {
+    const hits = els.rulesList.children[index]?.querySelector(".rule-hits");
+    if (hits && hits.textContent !== String(row.hits)) hits.textContent = String(row.hits);
+  });
+}
+
+function drawRules(rules) {
   clear(els.rulesList);
-  for (const row of rules || []) {
+  for (const row of rules) {
     const revoke = el(
       "button",
       { type: "button", class: "rule-revoke", "aria-label": `Revoke rule ${row.number}`, disabled: !ready() || state.revoking !== null },
@@ -1082,7 +1102,9 @@ function renderRules() {
           el(
             "span",
             { class: "rule-meta" },
-            `hits: ${row.hits} · kept in: `,
+            "hits: ",
+            el("span", { class: "rule-hits" }, String(row.hits)),
+            " · kept in: ",
             el("span", { class: "rule-file" }, visible(row.keptIn || "memory", false, SHORT)),
           ),
         ),
