@@ -263,6 +263,8 @@ def _subject(
     resolve: Callable[[str], str] | None,
 ) -> Subject:
     call = request.tool_call
+    if raw is _UNREADABLE:
+        return Subject(call.kind, call.title, None, (), (), True)
     outside = False
     cwd = workspace
     given = _given(raw, _CWD_KEYS)
@@ -378,8 +380,16 @@ def _raw_input(raw: msgspec.Raw) -> Any:
         return None
     try:
         return msgspec.json.decode(raw)
-    except msgspec.DecodeError:  # (checked when the request was decoded)
-        return None
+    except (msgspec.DecodeError, RecursionError):  # (decoded once: only a deep one fails)
+        return _UNREADABLE
+
+
+class _Unreadable:
+    """A tool's input that could not be decoded again here (nested deep enough that a
+    few frames more overflow the stack): it may hold anything."""
+
+
+_UNREADABLE: Final = _Unreadable()
 
 
 def _commands_of(raw: Any) -> list[object]:
@@ -443,7 +453,28 @@ def _runs_others(words: Sequence[str]) -> bool:
             return True
         if value and any(blank in value for blank in " \t"):
             return True  # a value that is a command line (a pager, an editor, a hook)
-    return _runs_by_its_own_options(words)
+    at = _program_at(words)
+    return at < len(words) and _runs_by_its_own_options(words[at:])
+
+
+_ASSIGNMENT: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+_WRAPPERS: Final = frozenset({"time", "command", "builtin"})
+
+
+def _program_at(words: Sequence[str]) -> int:
+    """Where the program that runs is: after the shell's variable assignments and the
+    wrappers that run the next word (``GIT_PAGER=cat time -p git …`` runs git)."""
+    at = 0
+    while at < len(words):
+        if _ASSIGNMENT.match(words[at]):
+            at += 1
+        elif _program_name(words[at]) in _WRAPPERS:
+            at += 1
+            while at < len(words) and words[at][:1] == "-":
+                at += 1  # its options (time -p, command -v)
+        else:
+            break
+    return at
 
 
 _TARS: Final = ("tar", "gtar", "bsdtar")  # (their first word may be options without a "-")
@@ -485,6 +516,8 @@ _EXEC_OPTION_TABLE: Final[tuple[tuple[tuple[str, ...], str, str], ...]] = (
     (("hg",), "e", "--config --ssh --remotecmd"),
     (("pandoc",), "FL", "--filter --lua-filter --pdf-engine"),
     (("wget",), "", "--use-askpass"),
+    (("cargo",), "", "--config"),  # (a runner, a rustc wrapper: programs it then runs)
+    (("npm", "pnpm", "yarn"), "", "--script-shell"),
     (("git",), "", "-c --config-env --exec-path"),
     (("git rebase",), "x", "--exec"),
     (("git difftool",), "x", "--extcmd"),
@@ -658,8 +691,10 @@ def _awk_reaches_out(words: Sequence[str]) -> bool:
 def _runs_its_words(words: Sequence[str]) -> bool:
     """Whether the program runs its other words (``watch``, ``ssh host``, ``eval``,
     ``sudo``), some joined into one shell line: a rule of its first words covers only
-    exactly those (``watch date …`` would cover ``watch date '&&' rm -rf x``)."""
-    return _program_name(words[0]) in _RUNNERS
+    exactly those (``watch date …`` would cover ``watch date '&&' rm -rf x``). Also
+    true when the program comes after assignments or a wrapper (``time git``): a rule
+    of the first words would name those, not the program."""
+    return _program_at(words) > 0 or _program_name(words[0]) in _RUNNERS
 
 
 def _program_name(word: str) -> str:

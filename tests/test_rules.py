@@ -2843,3 +2843,79 @@ def test_a_program_that_runs_its_words_is_offered_and_allowed_only_exactly(
     by_hand = rule(command=shlex.split(shown))
     assert engine(by_hand).decide(request(shown)) is not None
     assert engine(by_hand).decide(request(later)) is None
+
+
+@pytest.mark.parametrize(
+    ("shown", "later"),
+    [
+        ("GIT_PAGER=cat git log", "GIT_PAGER=cat git rebase -x ./evil main"),
+        ("GIT_PAGER=cat git log", "GIT_PAGER=cat git -c core.pager=./evil log"),
+        ("time git status", "time git rebase -x ./evil main"),
+        ("command git status", "command git -c core.fsmonitor=./evil status"),
+        ("time tar -tf a.tar", "time tar -tf a.tar -I ./evil"),
+        ("time sed -n 1p a.txt", "time sed -n '1e id' a.txt"),
+        ("time -p sed -n 1p a.txt", "time -p sed -n 'w out' a.txt"),
+        ("RUST_BACKTRACE=1 cargo test", "RUST_BACKTRACE=1 cargo test --config x"),
+    ],
+)
+def test_after_assignments_or_a_wrapper_the_program_is_read_and_allowed_only_exactly(
+    shown: str, later: str
+) -> None:
+    """``time git …`` runs git: its options are git's, and a rule of the first words would
+    name ``time`` and ``git``, not git's subcommand (so a card offers the exact command)."""
+    [offered] = suggested_rules(request(shown), workspace=WS, effect="allow")
+    assert offered.exact
+    assert answer(offered, request(shown)) == "yes"
+    words = shlex.split(later)
+    prefixes = [rule(command=words[:n]) for n in range(1, len(words))]
+    assert answer(prefixes, request(later)) is None
+    assert answer(rule(command=words, exact=True), request(later)) is None  # never plain
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        """cargo test --config 'target.x86_64-unknown-linux-gnu.runner=["sh","-c","id"]'""",
+        """cargo test --config 'build.rustc-wrapper="./evil"'""",
+        "npm test --script-shell=./evil",
+        "pnpm test --script-shell ./evil",
+    ],
+)
+def test_a_package_tools_option_naming_a_program_to_run_refuses_allows(command: str) -> None:
+    words = shlex.split(command)
+    assert answer(rule(command=words[:2]), request(command)) is None
+    assert answer(rule(command=words[:2]), request(shlex.join(words[:2]))) == "yes"
+
+
+def test_a_tool_input_too_deep_to_read_again_is_outside_and_never_raises() -> None:
+    """An input msgspec decoded once, nested so deep that decoding it again a few frames
+    further down overflows: rules read it as unreadable (outside), never raise."""
+
+    def request_nested(depth: int) -> PermissionRequest:
+        raw = b'{"x":' + b"[" * depth + b"]" * depth + b',"command":"ls"}'
+        return PermissionRequest.from_json(
+            b'{"sessionId":"s1","toolCall":{"toolCallId":"c","kind":"execute","rawInput":'
+            + raw
+            + b'},"options":[{"optionId":"yes","name":"y","kind":"allow_once"},'
+            b'{"optionId":"no","name":"n","kind":"reject_once"}]}'
+        )
+
+    for depth in range(1000, 0, -1):  # the deepest that decodes here, at this stack depth
+        try:
+            deep_request = request_nested(depth)
+        except RecursionError:
+            continue
+        break
+
+    def nested(depth: int) -> object:  # (a caller's own frames on the stack)
+        if depth:
+            return nested(depth - 1)
+        return (
+            answer([rule(command=["ls"]), deny(command=["rm"])], deep_request),
+            suggested_rules(deep_request, workspace=WS, effect="allow"),
+            engine(deny(command=["ls"])).denies(deep_request),
+        )
+
+    for frames in (0, 10, 50):
+        decided, suggested, denied = nested(frames)  # type: ignore[misc]
+        assert decided is None and suggested == [] and denied in (True, False)
