@@ -534,3 +534,59 @@ async def test_a_session_with_no_id_is_an_error_for_the_view_not_the_end_of_the_
         assert isinstance(told, Error) and "with no id" in told.reason
         assert told.ref == "n1"  # (the request's, though the reply came later)
         assert list(host.sessions) == ["s1"] and host.prompt("s1", "still here") is None
+
+
+class _OneSenderStream:
+    """A stream that, like trio's SocketStream, refuses a send while another is under
+    way (``send_eof`` included); its ``send_eof`` waits for ``release``."""
+
+    def __init__(self) -> None:
+        self.busy = False
+        self.closed = False
+        self.eof_started = trio.Event()
+        self.release = trio.Event()
+
+    async def send_eof(self) -> None:
+        if self.busy:
+            raise trio.BusyResourceError
+        self.busy = True
+        self.eof_started.set()
+        await self.release.wait()
+        self.busy = False
+
+    async def send_all(self, data: bytes) -> None:
+        if self.busy:
+            raise trio.BusyResourceError
+        if self.closed:
+            raise trio.ClosedResourceError
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+async def test_a_send_while_hypercorn_closes_the_connection_waits_and_never_raises() -> None:
+    """hypercorn ends a connection's stream without its send lock: a view's close frame
+    sent then failed with BusyResourceError (seen when the agent was killed)."""
+    from hypercorn.events import Closed, RawData
+
+    from simhost.serve.server import _ContainedServer
+
+    class Protocol:
+        def __init__(self) -> None:
+            self.events: list[object] = []
+
+        async def handle(self, event: object) -> None:
+            self.events.append(event)
+
+    stream = _OneSenderStream()
+    server = _ContainedServer(None, None, None, None, stream)  # type: ignore[arg-type]
+    server.protocol = Protocol()  # type: ignore[assignment]
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(server._close)
+            await stream.eof_started.wait()
+            nursery.start_soon(server.protocol_send, RawData(b"a close frame"))
+            await trio.testing.wait_all_tasks_blocked()
+            stream.release.set()
+    assert stream.closed
+    assert [type(event) for event in server.protocol.events] == [Closed]  # type: ignore[attr-defined]

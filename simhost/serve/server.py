@@ -501,6 +501,15 @@ class _ContainedServer(tcp_server.TCPServer):
         except Exception as exc:
             log.warning("a connection failed and was closed: %r", exc)
 
+    async def _close(self) -> None:
+        # hypercorn ends the stream without its send lock: a view's last message or
+        # close frame sent meanwhile failed with BusyResourceError (in the app's task).
+        if self.send_lock.statistics().owner is trio.lowlevel.current_task():
+            await super()._close()  # (from a send that found the stream broken)
+            return
+        async with self.send_lock:
+            await super()._close()
+
 
 def _harden() -> None:
     """Install the classes above in hypercorn (it has no setting for any of them).
@@ -513,6 +522,7 @@ def _harden() -> None:
         and getattr(h11, "WSStream", None) is ws_stream.WSStream
         and getattr(h2, "WSStream", None) is ws_stream.WSStream
         and getattr(hypercorn_run, "TCPServer", None) is tcp_server.TCPServer
+        and callable(getattr(tcp_server.TCPServer, "_close", None))
         and getattr(hypercorn_protocol, "H11Protocol", None) is h11.H11Protocol
         and callable(getattr(h11.H11Protocol, "_check_protocol", None))
     ):  # pragma: no cover - a hypercorn whose insides we do not know
