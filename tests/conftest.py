@@ -1,12 +1,23 @@
-"""Test-wide set-up."""
+"""Test-wide set-up: the ``e2e`` marker by folder, Hypothesis profiles, the home folder
+kept out of every host the tests start, and a guard that keeps processes out of the
+inner loop (``pytest -m "not e2e"``)."""
 
 from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import settings
+
+TESTS = Path(__file__).resolve().parent
+# Tests in these folders start a browser, a pty or an agent process: marked e2e.
+E2E_FOLDERS = frozenset({"e2e", "interop"})
 
 # A suite started in the background by a non-interactive shell (nohup, `cmd &`, some CI
 # runners) inherits SIGINT ignored, and so would every program it starts: the tests
@@ -14,6 +25,54 @@ import pytest
 # Ctrl-C its usual meaning back; children started after this get the default action.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+# Hypothesis: "ci" runs the example counts each test asks for (Hypothesis's defaults
+# elsewhere); "dev" is the same with no example database written to the checkout.
+# Pick one with --hypothesis-profile; CI (the CI variable set) and the default are "ci".
+settings.register_profile("ci", print_blob=True)
+settings.register_profile("dev", parent=settings.get_profile("ci"), database=None)
+settings.load_profile("ci")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.relative_to(TESTS).parts[0] in E2E_FOLDERS:
+            item.add_marker(pytest.mark.e2e)
+
+
+# What a test outside tests/e2e must not start: a Python (the runtime, an example, an
+# agent), Node, a browser, or a pseudo-terminal. A runtime tool's own shell command
+# (git, head, ldconfig) is the code under test and may run.
+_PROCESS_PROGRAMS = ("python", "node", "npm", "npx", "chromium", "simhost", "Xvfb")
+
+
+def _refuse_process(what: str) -> None:
+    raise AssertionError(
+        f"this test starts {what}: tests that start a browser, a pty or an agent "
+        "process belong in tests/e2e (marked e2e), out of the inner loop"
+    )
+
+
+@pytest.fixture(autouse=True)
+def _no_processes_outside_e2e(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if request.node.get_closest_marker("e2e") is not None:
+        return
+    popen_init = subprocess.Popen.__init__
+
+    def guarded_init(self: subprocess.Popen[Any], args: Any, *rest: Any, **kwargs: Any) -> None:
+        argv = [args] if isinstance(args, (str, bytes, os.PathLike)) else list(args)
+        program = os.path.basename(os.fsdecode(argv[0])) if argv else ""
+        if os.fsdecode(argv[0]) == sys.executable or program.startswith(_PROCESS_PROGRAMS):
+            _refuse_process(" ".join(map(os.fsdecode, argv))[:200])
+        popen_init(self, args, *rest, **kwargs)
+
+    def no_pty(*args: Any, **kwargs: Any) -> Any:
+        _refuse_process("a pseudo-terminal")
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", guarded_init)
+    monkeypatch.setattr(os, "forkpty", no_pty)
 
 
 @pytest.fixture(autouse=True, scope="session")
