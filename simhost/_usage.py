@@ -11,6 +11,7 @@ on stderr, never a traceback.
 from __future__ import annotations
 
 import errno
+import math
 import os
 import shlex
 from pathlib import Path
@@ -23,6 +24,7 @@ from rich.text import Text
 __all__ = [
     "USAGE",
     "check_agent_command",
+    "check_seconds",
     "check_writable_file",
     "fail",
     "interrupted",
@@ -84,6 +86,14 @@ def check_agent_command(command: str, option: str, agent: str) -> None:
         raise fail(command, f"{option} {agent!r}: cannot split like a shell: {exc}") from None
     if not words or not words[0]:
         raise fail(command, f"{option} {agent!r}: the agent's command is empty")
+
+
+def check_seconds(command: str, option: str, value: float, low: float, high: float) -> float:
+    """``value``, unless it is not a number of seconds from ``low`` to ``high`` (both
+    included): then the usage error of ``command``."""
+    if not (math.isfinite(value) and low <= value <= high):
+        raise fail(command, f"{option} {value}: give a number of seconds from {low:g} to {high:g}")
+    return value
 
 
 def interrupted(exc: BaseException) -> bool:

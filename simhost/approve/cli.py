@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Annotated
@@ -9,7 +10,7 @@ from typing import Annotated
 import trio
 import typer
 
-from simhost._usage import fail, interrupted
+from simhost._usage import check_seconds, fail, interrupted
 
 from .target import TOKEN_ENV, TargetError, check_view_name, default_view_name, target_of
 
@@ -47,6 +48,28 @@ def approve_command(
             dir_okay=False,
         ),
     ] = None,
+    arm_delay: Annotated[
+        float | None,
+        typer.Option(
+            "--arm-delay",
+            help="At a terminal: seconds a card must have been on screen before a key can "
+            "answer it, so a key typed for something else never answers a card that just "
+            "appeared. 0.1 to 5; default 0.5.",
+            metavar="SECONDS",
+            show_default=False,
+        ),
+    ] = None,
+    repeat_guard: Annotated[
+        float | None,
+        typer.Option(
+            "--repeat-guard",
+            help="At a terminal: the key that answered a card, read again within these "
+            "seconds, is taken for the keyboard's auto-repeat and answers nothing, so a held "
+            "key never answers the card that comes next. 0.1 to 5; default 1.",
+            metavar="SECONDS",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Answer the permission requests of a simhost serve from this terminal.
 
@@ -57,7 +80,9 @@ def approve_command(
     pending question (those asked before it connected too) as the same permission
     card as simhost chat, oldest first, with its session and the editor rules the
     server offers for it (a-d). A number key picks an option once the card has been
-    up for half a second: an allow_always option then waits for y, a deny option
+    up for --arm-delay (half a second), but not the repeat of the key that answered
+    the card before (within --repeat-guard, a second): an allow_always option then
+    waits for y, a deny option
     for a reason (type it, Enter sends the denial, Esc goes back). A letter shows
     its editor rule whole, and y saves it: it answers the card and every pending
     question it covers, and later ones as they come. Esc answers cancelled; v
@@ -83,6 +108,16 @@ def approve_command(
     error (nothing is started), 130 when interrupted before it is up.
     """
     command = "simhost approve"
+    # The guards' defaults and range: imported here, so the other commands never load
+    # the chat's modules.
+    from simhost.chat.app import DEFAULT_ARM_DELAY_S, MAX_GUARD_S, MIN_GUARD_S, REPEAT_GUARD_S
+
+    if arm_delay is None:
+        arm_delay = DEFAULT_ARM_DELAY_S
+    check_seconds(command, "--arm-delay", arm_delay, MIN_GUARD_S, MAX_GUARD_S)
+    if repeat_guard is None:
+        repeat_guard = REPEAT_GUARD_S
+    check_seconds(command, "--repeat-guard", repeat_guard, MIN_GUARD_S, MAX_GUARD_S)
     try:
         target = target_of(url, token_file=token_file, env_token=os.environ.get(TOKEN_ENV))
         view = check_view_name(name) if name is not None else default_view_name()
@@ -92,7 +127,11 @@ def approve_command(
         # Imported here so the other commands never load the approver's modules.
         from simhost.approve.launch import run_approve
 
-        code = trio.run(run_approve, target, view)
+        code = trio.run(
+            functools.partial(
+                run_approve, target, view, arm_delay=arm_delay, repeat_guard=repeat_guard
+            )
+        )
     except BaseException as exc:
         if not interrupted(exc):
             raise

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.text import Text
 
 from simhost._usage import one_line, plain_console
-from simhost.chat.app import DEFAULT_ARM_DELAY_S
+from simhost.chat.app import DEFAULT_ARM_DELAY_S, REPEAT_GUARD_S
 from simhost.chat.screen import LiveScreen, PlainScreen, Screen
 from simhost.chat.terminal import InputEvent, forward_signals, raw_keyboard, start_reading
 
@@ -36,11 +36,16 @@ async def run_approve(
     console: Console | None = None,
     err_console: Console | None = None,
     stdin_fd: int = 0,
+    arm_delay: float = DEFAULT_ARM_DELAY_S,
+    repeat_guard: float = REPEAT_GUARD_S,
 ) -> int:
     """Run ``simhost approve`` against ``target`` as the view ``view``; returns the
     exit code: 0 after Ctrl-C, the end of input or SIGTERM/SIGHUP; 1, with one line
     on stderr, when the server refused the view (HTTP 403) or the first connection
-    failed. A connection that drops later is made again, for as long as it runs."""
+    failed. A connection that drops later is made again, for as long as it runs.
+
+    ``arm_delay`` and ``repeat_guard`` are the card's guards at a keyboard (see
+    :class:`~simhost.approve.app.Approver`); lines answer at once."""
     console = console or plain_console()
     err_console = err_console or plain_console(stderr=True)
     keyboard = os.isatty(stdin_fd) and console.is_terminal
@@ -49,7 +54,8 @@ async def run_approve(
         screen,
         view,
         input_mode="keys" if keyboard else "lines",
-        arm_delay=DEFAULT_ARM_DELAY_S if keyboard else 0.0,
+        arm_delay=arm_delay if keyboard else 0.0,
+        repeat_guard=repeat_guard,
     )
 
     async def connect() -> None:

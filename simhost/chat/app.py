@@ -105,6 +105,11 @@ DEFAULT_ARM_DELAY_S: Final = 0.5
 DEFAULT_START_TIMEOUT_S: Final = 30.0
 REPEAT_GUARD_S: Final = 1.0
 """Longer than a keyboard's delay before it repeats a held key (0.25-1 s)."""
+MIN_GUARD_S: Final = 0.1
+MAX_GUARD_S: Final = 5.0
+"""The range (inclusive) of ``--arm-delay`` and ``--repeat-guard`` at a keyboard: never
+off (0 would let a key typed for something else answer a card that just appeared), and
+never so long that a card cannot be answered in time."""
 _CARD_KEYS: Final = frozenset("0123456789")
 _CONFIRM_CHARS: Final = 120  # of the option's name on the confirmation line
 _MAX_PARTIAL: Final = 4000

@@ -10,7 +10,7 @@ import trio
 import typer
 
 from permclient import DialectName
-from simhost._usage import check_agent_command, fail, interrupted
+from simhost._usage import check_agent_command, check_seconds, fail, interrupted
 
 __all__ = ["chat_command"]
 
@@ -92,13 +92,37 @@ def chat_command(
             metavar="'CMD ARGS'",
         ),
     ] = None,
+    arm_delay: Annotated[
+        float | None,
+        typer.Option(
+            "--arm-delay",
+            help="At a terminal: seconds a permission card must have been on screen before "
+            "a key can answer it, so a key typed for something else never answers a card "
+            "that just appeared. 0.1 to 5; default 0.5.",
+            metavar="SECONDS",
+            show_default=False,
+        ),
+    ] = None,
+    repeat_guard: Annotated[
+        float | None,
+        typer.Option(
+            "--repeat-guard",
+            help="At a terminal: the key that answered a card, read again within these "
+            "seconds, is taken for the keyboard's auto-repeat and answers nothing, so a held "
+            "key never answers the card that comes next. 0.1 to 5; default 1.",
+            metavar="SECONDS",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Chat with an agent and approve each tool call it asks for.
 
     Starts the reference runtime (or --agent, any ACP agent) as a child process,
     shows its name and version, opens a session, streams its replies and shows
     every permission request as a card: number keys choose an option, Esc answers
-    cancelled, Enter alone does nothing. Ctrl-C cancels a running turn (ACP:
+    cancelled, Enter alone does nothing; a card takes a key once it has been on screen
+    for --arm-delay, and not the repeat of the key that answered the card before it
+    (--repeat-guard). Ctrl-C cancels a running turn (ACP:
     session/cancel); at the prompt it leaves. /help lists the commands. With stdin
     not a terminal, each line is a prompt, a command or a card's answer.
 
@@ -109,6 +133,16 @@ def chat_command(
     command = "simhost chat"
     if not (math.isfinite(start_timeout) and start_timeout > 0):
         raise fail(command, f"--start-timeout {start_timeout}: give a number of seconds above 0")
+    # The guards' defaults and range, imported here (like the launch, below) so
+    # `simhost runtime` never pays for the chat's modules.
+    from simhost.chat.app import DEFAULT_ARM_DELAY_S, MAX_GUARD_S, MIN_GUARD_S, REPEAT_GUARD_S
+
+    if arm_delay is None:
+        arm_delay = DEFAULT_ARM_DELAY_S
+    check_seconds(command, "--arm-delay", arm_delay, MIN_GUARD_S, MAX_GUARD_S)
+    if repeat_guard is None:
+        repeat_guard = REPEAT_GUARD_S
+    check_seconds(command, "--repeat-guard", repeat_guard, MIN_GUARD_S, MAX_GUARD_S)
     if dialect not in (None, "acp", "bridge"):
         raise fail(command, f"unknown dialect {dialect!r}: expected acp or bridge")
     if agent is not None and runtime_cmd is not None:
@@ -146,6 +180,8 @@ def chat_command(
             runtime_cmd=agent,
             dialect=chosen,
             start_timeout=start_timeout,
+            arm_delay=arm_delay,
+            repeat_guard=repeat_guard,
         )
         code = trio.run(run_chat, config)
     except BaseException as exc:

@@ -28,7 +28,13 @@ import permclient
 from simhost._usage import USAGE, one_line, plain_console
 from simhost.rulebook import open_rules
 
-from .app import DEFAULT_ARM_DELAY_S, DEFAULT_START_TIMEOUT_S, ChatApp, ChatOptions
+from .app import (
+    DEFAULT_ARM_DELAY_S,
+    DEFAULT_START_TIMEOUT_S,
+    REPEAT_GUARD_S,
+    ChatApp,
+    ChatOptions,
+)
 from .backends import AcpBackend
 from .screen import LiveScreen, PlainScreen, Screen
 from .terminal import (
@@ -59,6 +65,10 @@ class ChatConfig:
     runtime_cmd: str | None = None
     dialect: permclient.DialectName = "bridge"
     start_timeout: float = DEFAULT_START_TIMEOUT_S
+    arm_delay: float = DEFAULT_ARM_DELAY_S
+    """At a keyboard only (see :class:`ChatOptions`): line input answers at once."""
+    repeat_guard: float = REPEAT_GUARD_S
+    """At a keyboard only (see :class:`ChatOptions`)."""
 
     def runtime_argv(self) -> list[str]:
         """The runtime's (or agent's) command line.
@@ -158,7 +168,10 @@ async def run_chat(
     keyboard = os.isatty(stdin_fd) and console.is_terminal
     options = (
         ChatOptions(
-            input_mode="keys", arm_delay=DEFAULT_ARM_DELAY_S, start_timeout=config.start_timeout
+            input_mode="keys",
+            arm_delay=config.arm_delay,
+            repeat_guard=config.repeat_guard,
+            start_timeout=config.start_timeout,
         )
         if keyboard
         else ChatOptions(input_mode="lines", arm_delay=0.0, start_timeout=config.start_timeout)
