@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
+from tests.support.serving import Places
+
 TESTS = Path(__file__).resolve().parent
 # Tests in these folders start a browser, a pty or an agent process: marked e2e.
 E2E_FOLDERS = frozenset({"e2e", "interop"})
@@ -90,3 +92,16 @@ def _own_config_and_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
+
+
+@pytest.fixture
+def places(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Places:
+    """Folders of the test's own; a host it starts reads and writes rules only there
+    (its XDG folders too: a person's own rules would change what a test sees)."""
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    config = tmp_path / "config"
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(config))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))
+    return Places(workspace, tmp_path / "state", config)
+

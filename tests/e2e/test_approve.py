@@ -12,7 +12,6 @@ too)."""
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -29,11 +28,12 @@ from permclient.rules import load_rules
 from simhost.audit import AUDIT_NAME
 from tests.simhost.approve.test_app import (
     Approving,
-    Places,
     approving,
 )
+from tests.support.pty import pty_env
 from tests.support.serving import (
     WAIT_S,
+    Places,
     next_message,
     opened,
     send,
@@ -297,7 +297,7 @@ def _prompted(url: str, text: str) -> None:
 @pytest.mark.skipif(sys.platform == "win32", reason="needs a POSIX pseudo-terminal")
 def test_at_a_terminal_rules_reasons_and_commands_take_their_keys(places: Places) -> None:
     with served_sync(places.workspace, "--state-dir", str(places.state)) as (url, _):
-        env = {**os.environ, "TERM": "xterm-256color"}
+        env = pty_env()
         child = pexpect.spawn(
             sys.executable,
             ["-m", "simhost", "approve", url, "--name", "pty"],

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from simhost.approve.target import TOKEN_ENV
 from tests.support import paths
 
 ROOT = paths.ROOT
@@ -40,7 +41,14 @@ def simhost(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str
     """``python -m simhost ARGS`` in ``tmp_path``: no terminal, narrow, marked in its env."""
     marker = f"SIMHOST_CLI_TEST={uuid.uuid4().hex}"
     key, value = marker.split("=")
-    env = {**os.environ, "COLUMNS": "40", key: value, "XDG_STATE_HOME": str(tmp_path / "xdg")}
+    env = {
+        **os.environ,
+        "COLUMNS": "40",
+        key: value,
+        "XDG_STATE_HOME": str(tmp_path / "xdg"),
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+    }
+    env.pop(TOKEN_ENV, None)
     args = tuple(a.replace("{tmp}", str(tmp_path)) for a in args)
     result = subprocess.run(
         [sys.executable, "-m", "simhost", *args],
@@ -111,6 +119,41 @@ def test_a_usage_error_is_one_line_exit_2_no_traceback_nothing_started(
     assert says in lines[0], lines
     assert result.stdout == ""  # nothing ran, not even a scenario's first line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]  # no report, no state
+    assert _left_running(marker) == []
+
+
+# The card guards of chat and approve (--arm-delay, --repeat-guard): 0.1 to 5 seconds.
+GUARD_COMMANDS = {"chat": ["chat"], "approve": ["approve", "http://127.0.0.1:8765/?token=guard-test"]}
+BAD_GUARDS = [
+    # (arguments, what the one line says after "simhost COMMAND: ")
+    (["--arm-delay", "0.05"], "--arm-delay 0.05: give a number of seconds from 0.1 to 5"),
+    (["--arm-delay", "6"], "--arm-delay 6.0: give a number of seconds from 0.1 to 5"),
+    (["--arm-delay", "5.01"], "--arm-delay 5.01: give a number of seconds from 0.1 to 5"),
+    (["--arm-delay", "0"], "--arm-delay 0.0: give a number of seconds from 0.1 to 5"),
+    (["--arm-delay", "nan"], "--arm-delay nan: give a number of seconds from 0.1 to 5"),
+    (["--arm-delay", "inf"], "--arm-delay inf: give a number of seconds from 0.1 to 5"),
+    (["--arm-delay", "soon"], "Invalid value for '--arm-delay'"),
+    (["--repeat-guard", "0"], "--repeat-guard 0.0: give a number of seconds from 0.1 to 5"),
+    (["--repeat-guard", "-1"], "--repeat-guard -1.0: give a number of seconds from 0.1 to 5"),
+    (["--repeat-guard", "6"], "--repeat-guard 6.0: give a number of seconds from 0.1 to 5"),
+    (["--repeat-guard", "nan"], "--repeat-guard nan: give a number of seconds from 0.1 to 5"),
+]
+
+
+@pytest.mark.parametrize("command", sorted(GUARD_COMMANDS))
+@pytest.mark.parametrize(("args", "says"), BAD_GUARDS, ids=[" ".join(a) for a, _ in BAD_GUARDS])
+def test_an_arm_delay_or_repeat_guard_out_of_range_or_not_a_number_is_one_line_exit_2_nothing_started(
+    tmp_path: Path, command: str, args: list[str], says: str
+) -> None:
+    result, marker = simhost(tmp_path, *GUARD_COMMANDS[command], *args)
+    assert result.returncode == 2, result
+    assert "Traceback" not in result.stdout + result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"simhost {command}: "), lines
+    assert says in lines[0], lines
+    assert result.stdout == ""  # nothing ran: no banner, no card
+    assert list(tmp_path.iterdir()) == []  # no state folder, no log, no audit
     assert _left_running(marker) == []
 
 

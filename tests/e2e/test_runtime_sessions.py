@@ -11,7 +11,7 @@ from pathlib import Path
 
 import trio
 
-from tests.support.runtime_editor import open_bridge_runtime
+from tests.support.runtime_editor import odd_state_folder, open_bridge_runtime
 
 BOUND_S = 20
 
@@ -45,9 +45,9 @@ def run_runtime(
 
 
 def test_the_runtime_starts_and_answers_beside_unusable_session_files(
-    tmp_path: Path, odd_state: Path
+    tmp_path: Path
 ) -> None:
-    done = run_runtime(tmp_path, odd_state)
+    done = run_runtime(tmp_path, odd_state_folder(tmp_path))
     assert done.returncode == 0
     assert b'"sessionId":"s-000000000001"' in done.stdout
     assert b"s-000000000004" not in done.stdout

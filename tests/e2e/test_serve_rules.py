@@ -18,13 +18,13 @@ from simhost.rulebook import RULES_NAME, user_rules_file
 from tests.simhost.serve.test_rules import (
     GIT_STATUS_RULE,
     Inbox,
-    Places,
     answer,
     new_session,
     rows,
 )
 from tests.support import paths
 from tests.support.serving import (
+    Places,
     served,
     view,
 )

@@ -23,6 +23,16 @@ CURSOR = r"\x1b\[7m \x1b\[0m"  # the prompt's drawn cursor (reverse video)
 REASON = "reason" + STYLE + " > "  # the prompt line, once a deny option's key was pressed
 
 
+def pty_env() -> dict[str, str]:
+    """The environment of a program in a pty: a colour terminal whose size is the pty's.
+    (pytest-xdist's workers carry COLUMNS=80 and LINES=24, which Rich would take over
+    the pty's real size.)"""
+    env = {**os.environ, "TERM": "xterm-256color"}
+    for name in ("NO_COLOR", "COLUMNS", "LINES"):
+        env.pop(name, None)
+    return env
+
+
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -43,8 +53,6 @@ class Chat:
         self.state = tmp_path / "state"
         self.telemetry = tmp_path / "telemetry.jsonl"
         self.workspace.mkdir()
-        env = {**os.environ, "TERM": "xterm-256color"}
-        env.pop("NO_COLOR", None)
         self.child = pexpect.spawn(
             sys.executable,
             [
@@ -59,7 +67,7 @@ class Chat:
                 str(self.telemetry),
                 *extra,
             ],
-            env=env,
+            env=pty_env(),
             cwd=str(tmp_path),
             dimensions=(60, 160),
             encoding="utf-8",

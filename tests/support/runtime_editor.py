@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import msgspec
 import trio
 
 import permclient
@@ -325,3 +326,34 @@ async def open_acp_runtime(
 def runtime_wrote(tmp_path: Path) -> list[dict[str, Any]]:
     """What the runtime has written so far (the tap's copy)."""
     return parse_lines((tmp_path / "from-runtime.jsonl").read_bytes())
+
+
+# ------------------------------------------------------------- session files
+
+
+def valid_session(session_id: str, title: str = "kept") -> bytes:
+    stamp = "2025-01-01T00:00:00.000Z"
+    return msgspec.json.encode(
+        {"sessionId": session_id, "title": title, "createdAt": stamp, "updatedAt": stamp}
+    )
+
+
+# ------------------------------------------------------------ odd session files
+
+
+def odd_state_folder(tmp_path: Path) -> Path:
+    """A state folder with one good session and every kind of unusable file beside it."""
+    state = tmp_path / "state"
+    folder = state / "sessions"
+    folder.mkdir(parents=True)
+    (folder / "s-000000000001.json").write_bytes(valid_session("s-000000000001"))
+    deep = b'{"sessionId": "s-000000000002", "x": ' + b"[" * 2000 + b"]" * 2000 + b"}"
+    (folder / "s-000000000002.json").write_bytes(deep)
+    (folder / "s-000000000003.json").write_bytes(b"[" * 2000 + b"]" * 2000)
+    os.mkfifo(folder / "s-000000000004.json")
+    outside = tmp_path / "outside.json"
+    outside.write_bytes(valid_session("s-000000000005"))
+    (folder / "s-000000000005.json").symlink_to(outside)
+    (folder / "s-000000000006.json").mkdir()
+    os.mkfifo(state / "active.json")
+    return state

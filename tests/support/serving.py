@@ -20,6 +20,9 @@ import trio
 from trio_websocket import WebSocketConnection
 from trio_websocket import open_websocket_url as open_ws
 
+from simhost.audit import AUDIT_NAME
+from simhost.rulebook import RULES_NAME
+
 TOKEN = "t0k3n-" + "x" * 26
 WAIT_S = 10
 
@@ -188,3 +191,24 @@ def served_sync(workspace: Path, *args: str) -> Iterator[tuple[str, subprocess.P
         process.stdout.close()
         process.stderr.close()
     assert process.returncode in (0, 1) and "Traceback" not in err, err
+
+
+@dataclass
+class Places:
+    """A test's folders: the workspace, the state folder outside it, and the config
+    folder (its XDG folders point into the test's own folder too)."""
+
+    workspace: Path
+    state: Path
+    config: Path
+
+    @property
+    def rules_file(self) -> Path:
+        return self.state / RULES_NAME
+
+    def audit(self) -> list[dict[str, Any]]:
+        path = self.state / AUDIT_NAME
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+

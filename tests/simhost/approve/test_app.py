@@ -51,7 +51,7 @@ from simhost.chat.backends import AcpBackend
 from simhost.chat.keys import Key
 from simhost.chat.screen import PlainScreen, View
 from simhost.chat.terminal import InputEvent, Line
-from simhost.rulebook import RULES_NAME, open_rules
+from simhost.rulebook import open_rules
 from simhost.serve.host import ServeHost
 from simhost.serve.protocol import (
     Answer,
@@ -89,6 +89,7 @@ from tests.support.peer import (
 from tests.support.serving import (
     TOKEN,
     WAIT_S,
+    Places,
     freed_quietly,
     next_message,
     opened,
@@ -699,29 +700,6 @@ async def test_a_held_key_that_answered_one_card_never_answers_the_next(
 
 
 # ------------------------------------------ editor rules, reasons and batches, end to end
-
-
-@dataclass
-class Places:
-    """A test's folders: the workspace, and the state folder outside it."""
-
-    workspace: Path
-    state: Path
-
-    @property
-    def rules_file(self) -> Path:
-        return self.state / RULES_NAME
-
-
-@pytest.fixture
-def places(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Places:
-    """Folders of the test's own; the server it starts reads and writes rules only there
-    (its XDG folders too: a person's own rules would change what a test sees)."""
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))
-    return Places(workspace, tmp_path / "state")
 
 
 async def _reply(peer: FakePeer, method: str, result: Any) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import msgspec
 import pytest
 
 from simhost.runtime import sessions as sessions_module
@@ -22,41 +21,13 @@ from simhost.runtime.sessions import (
     default_state_dir,
 )
 from simhost.runtime.wire import HistoryEntry
-
-
-def valid_session(session_id: str, title: str = "kept") -> bytes:
-    stamp = "2025-01-01T00:00:00.000Z"
-    return msgspec.json.encode(
-        {"sessionId": session_id, "title": title, "createdAt": stamp, "updatedAt": stamp}
-    )
-
-
-# ------------------------------------------------------------ odd session files
-
-
-@pytest.fixture
-def odd_state(tmp_path: Path) -> Path:
-    """A state folder with one good session and every kind of unusable file beside it."""
-    state = tmp_path / "state"
-    folder = state / "sessions"
-    folder.mkdir(parents=True)
-    (folder / "s-000000000001.json").write_bytes(valid_session("s-000000000001"))
-    deep = b'{"sessionId": "s-000000000002", "x": ' + b"[" * 2000 + b"]" * 2000 + b"}"
-    (folder / "s-000000000002.json").write_bytes(deep)
-    (folder / "s-000000000003.json").write_bytes(b"[" * 2000 + b"]" * 2000)
-    os.mkfifo(folder / "s-000000000004.json")
-    outside = tmp_path / "outside.json"
-    outside.write_bytes(valid_session("s-000000000005"))
-    (folder / "s-000000000005.json").symlink_to(outside)
-    (folder / "s-000000000006.json").mkdir()
-    os.mkfifo(state / "active.json")
-    return state
+from tests.support.runtime_editor import odd_state_folder, valid_session
 
 
 def test_unusable_session_files_are_skipped_with_a_warning_each(
-    odd_state: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    store = SessionStore(odd_state)  # would raise RecursionError, or hang on a FIFO
+    store = SessionStore(odd_state_folder(tmp_path))  # would raise RecursionError, or hang on a FIFO
     assert [s.session_id for s in store.sessions()] == ["s-000000000001"]
     assert store.active_id is None
     warnings = "\n".join(r.getMessage() for r in caplog.records)

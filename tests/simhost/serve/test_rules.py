@@ -11,7 +11,6 @@ runtime's sessions live under each test's own folders (the state folder given, a
 from __future__ import annotations
 
 import functools
-import json
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -36,6 +35,7 @@ from tests.support.peer import CANCELLED, FakePeer, allow_deny, connected, selec
 from tests.support.serving import (
     TOKEN,
     WAIT_S,
+    Places,
     next_message,
     opened,
     send,
@@ -46,35 +46,6 @@ from tests.support.serving import (
 sockets_freed_quietly = pytest.fixture(autouse=True)(sockets_freed_quietly)
 
 GIT_STATUS_RULE = "allow `git status …` in this workspace, until revoked"
-
-
-@dataclass
-class Places:
-    """A test's folders: the workspace, and the state folder outside it."""
-
-    workspace: Path
-    state: Path
-    config: Path
-
-    @property
-    def rules_file(self) -> Path:
-        return self.state / RULES_NAME
-
-    def audit(self) -> list[dict[str, Any]]:
-        path = self.state / AUDIT_NAME
-        if not path.exists():
-            return []
-        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
-
-
-@pytest.fixture
-def places(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Places:
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    config = tmp_path / "config"
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(config))
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))
-    return Places(workspace, tmp_path / "state", config)
 
 
 class Inbox:
