@@ -4,6 +4,7 @@ inner loop (``pytest -m "not e2e"``)."""
 
 from __future__ import annotations
 
+import compileall
 import os
 import signal
 import subprocess
@@ -13,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import settings
 
 from tests.support.serving import Places
 
 TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
 # Tests in these folders start a browser, a pty or an agent process: marked e2e.
 E2E_FOLDERS = frozenset({"e2e", "interop"})
 
@@ -28,12 +29,29 @@ E2E_FOLDERS = frozenset({"e2e", "interop"})
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
-# Hypothesis: "ci" runs the example counts each test asks for (Hypothesis's defaults
-# elsewhere); "dev" is the same with no example database written to the checkout.
-# Pick one with --hypothesis-profile; CI (the CI variable set) and the default are "ci".
-settings.register_profile("ci", print_blob=True)
-settings.register_profile("dev", parent=settings.get_profile("ci"), database=None)
-settings.load_profile("ci")
+# Hypothesis's profiles ("ci" under CI, "dev" otherwise) are registered and loaded here.
+import tests.support.profiles  # noqa: E402, F401
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Compile permclient and simhost once, before any test starts a process: the
+    suite starts hundreds of Pythons that import them, and where bytecode is not
+    written (PYTHONDONTWRITEBYTECODE, as on some CI machines) each would compile
+    them again (a third of a ``python -m simhost`` start)."""
+    if hasattr(config, "workerinput"):
+        return  # an xdist worker: the controller did it
+    for package in ("permclient", "simhost"):
+        compileall.compile_dir(ROOT / package, quiet=2)
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """``-m "not e2e"`` (the inner loop) does not even import the e2e modules: a browser
+    driver and the interop peers' helpers are seconds of every run's start."""
+    if config.option.markexpr.strip() != "not e2e" or collection_path == TESTS:
+        return None
+    if collection_path.is_relative_to(TESTS):
+        return collection_path.relative_to(TESTS).parts[0] in E2E_FOLDERS or None
+    return None
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -30,7 +30,7 @@ from tests.simhost.approve.test_app import (
     Approving,
     approving,
 )
-from tests.support.pty import pty_env
+from tests.support.pty import SHORT_ARM_DELAY, pty_env
 from tests.support.serving import (
     WAIT_S,
     Places,
@@ -300,7 +300,7 @@ def test_at_a_terminal_rules_reasons_and_commands_take_their_keys(places: Places
         env = pty_env()
         child = pexpect.spawn(
             sys.executable,
-            ["-m", "simhost", "approve", url, "--name", "pty"],
+            ["-m", "simhost", "approve", url, "--name", "pty", *SHORT_ARM_DELAY],
             env=env,
             dimensions=(60, 160),
             encoding="utf-8",

@@ -97,7 +97,7 @@ def test_a_policy_timeout_withdraws_the_card_and_the_next_key_goes_to_the_prompt
 
     chat.say("create late.txt with x")
     # The card is up. (Not ARMED: the runtime withdraws it after 1 s by its clock, the
-    # chat arms it after 0.5 s by its own; a slow chat can see the withdrawal first.)
+    # chat arms it after its arming delay by its own; a slow chat can see the withdrawal first.)
     chat.expect("Permission request")
     chat.expect("withdrawn by the runtime")
     chat.expect("turn ended")
@@ -258,8 +258,9 @@ def test_allow_always_then_a_standing_grant_applies(chat_in: Any) -> None:
 def test_typing_see_file_2_while_the_card_opens_answers_nothing(
     chat_in: Any, wait_for_the_card: bool
 ) -> None:
-    """The issue's case: the line's ``2`` is text on the prompt line, never option 2."""
-    chat: Chat = chat_in()
+    """The issue's case: the line's ``2`` is text on the prompt line, never option 2.
+    (The arming guard under test: its default delay.)"""
+    chat: Chat = chat_in("--arm-delay", "0.5")
     chat.say("create t1.txt with abc")
     if wait_for_the_card:
         chat.expect(ARMED)

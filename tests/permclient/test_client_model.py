@@ -33,6 +33,7 @@ from permclient import Answer, PermissionRequest, Question, Selected
 from permclient._connection import Closed, Connection
 from permclient.framing import NewlineFramer
 from tests.support.peer import FakePeer, allow_deny
+from tests.support.profiles import examples
 
 SESSIONS = ("s-0", "s-1", "s-2")
 IMMEDIATE = ("allow_now", "deny_now", "raise", "unoffered")
@@ -400,14 +401,14 @@ def _with_examples(test: Any) -> Any:
     return test
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(operation, max_size=25))
 @_with_examples
 def test_every_question_gets_the_one_answer_the_model_says(ops: list[tuple[str, Any]]) -> None:
     trio.run(scenario_on_client, ops, clock=trio.testing.MockClock(autojump_threshold=0))
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(st.lists(operation, max_size=25))
 @_with_examples
 def test_the_connection_without_a_loop_gives_the_answers_the_model_says(

@@ -53,6 +53,7 @@ from permclient._handlers import Question, checked_decision
 from permclient._messages import VALUE_COST, Request, encode_result, json_cost, parse_message
 from permclient._wire import PermissionResponse, own_raw_json, permission_request_decoder
 from permclient.framing import ContentLengthFramer, NewlineFramer
+from tests.support.profiles import examples
 
 FRAMERS: dict[str, type[ContentLengthFramer] | type[NewlineFramer]] = {
     "bridge": ContentLengthFramer,
@@ -1484,7 +1485,7 @@ def _plain_requests(draw: st.DrawFn) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": request_id, "method": PERMISSION_METHOD, "params": params}
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(message=_plain_requests())
 def test_a_plain_request_costs_at_least_what_it_takes_decoded(message: dict[str, Any]) -> None:
     """What a pending request counts against ``max_pending_bytes`` (from its shape,
@@ -1702,7 +1703,7 @@ _message = st.one_of(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     dialect=st.sampled_from(["bridge", "acp"]),
     messages=st.lists(_message, min_size=1, max_size=12),

@@ -22,6 +22,7 @@ from permclient.framing import (
     Framer,
     NewlineFramer,
 )
+from tests.support.profiles import examples
 
 MODES = ["whole", "bytewise", "trailing"]
 # Partial next frames for the "trailing" mode; each must end up held as `buffered`.
@@ -594,7 +595,7 @@ def test_nl_encode_rejects_unframeable_bodies(body: bytes) -> None:
 
 # --- Property tests ---------------------------------------------------------------------
 
-FAST = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=examples(50), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def split_at(data: bytes, cuts: list[int]) -> list[bytes]:

@@ -50,6 +50,7 @@ from permclient.rules import (
     with_reason,
 )
 from tests.support.peer import connected, selected
+from tests.support.profiles import examples
 
 WS = "/ws"
 KINDS = sorted(TOOL_KINDS)
@@ -64,7 +65,7 @@ EVERY_KIND = [
     {"optionId": "no", "name": "Reject", "kind": "reject_once"},
     {"optionId": "no-always", "name": "Never", "kind": "reject_always"},
 ]
-FAST = settings(max_examples=150, deadline=None)
+FAST = settings(max_examples=examples(150), deadline=None)
 
 
 def request(
@@ -337,7 +338,7 @@ def near_allow_rules(
     )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     data=st.data(),
     command=commands(),
@@ -606,7 +607,7 @@ option_lists = st.lists(
 ).map(lambda options: [{"optionId": i, "name": i, "kind": k} for i, k in options])
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     data=st.data(),
     options=option_lists,
@@ -650,7 +651,7 @@ def test_the_engine_never_answers_with_an_option_that_was_not_offered(
     assert chosen is offered[0]  # the first offered of the kind it needs
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     data=st.data(),
     # (A program first: see test_nothing_outside_the_workspace_is_ever_allowed_by_any_rule.)
@@ -757,7 +758,7 @@ def editor_rules(draw: st.DrawFn) -> EditorRule:
 
 
 @settings(
-    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(rules=st.lists(editor_rules(), max_size=4))
 def test_saved_rules_load_back_equal_and_session_rules_are_not_saved(
@@ -1281,7 +1282,7 @@ def test_a_glob_that_cannot_be_read_is_a_value_error(glob: str) -> None:
 
 
 @given(st.text(st.characters(codec="utf-8", exclude_characters="\x00/"), min_size=1, max_size=10))
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 def test_an_escaped_glob_matches_only_its_path(name: str) -> None:
     path = "src/" + name
     if posixpath.normpath(path) != path:  # ("src/." and "src/..")

@@ -23,6 +23,11 @@ CURSOR = r"\x1b\[7m \x1b\[0m"  # the prompt's drawn cursor (reverse video)
 REASON = "reason" + STYLE + " > "  # the prompt line, once a deny option's key was pressed
 
 
+# The card's arming delay in these tests: the shortest allowed, so a card takes keys
+# soon. The tests of the guard itself give the default (--arm-delay 0.5) instead.
+SHORT_ARM_DELAY = ("--arm-delay", "0.1")
+
+
 def pty_env() -> dict[str, str]:
     """The environment of a program in a pty: a colour terminal whose size is the pty's.
     (pytest-xdist's workers carry COLUMNS=80 and LINES=24, which Rich would take over
@@ -65,6 +70,7 @@ class Chat:
                 str(self.state),
                 "--telemetry",
                 str(self.telemetry),
+                *(() if "--arm-delay" in extra else SHORT_ARM_DELAY),
                 *extra,
             ],
             env=pty_env(),

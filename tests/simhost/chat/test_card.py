@@ -27,6 +27,7 @@ from simhost.chat.card import FULL_MAX_ROWS, KEYED_OPTIONS, PermissionCard
 from simhost.chat.screen import PlainScreen, View
 from simhost.chat.text import MARKS_PER_CHARACTER, has_hidden, is_hidden, is_uneven, visible
 from tests.support import paths
+from tests.support.profiles import examples
 
 GOLDEN = paths.FIXTURES / "golden"
 FOUR_OPTIONS = [
@@ -574,7 +575,7 @@ def test_a_live_card_shows_only_the_options_a_key_can_choose_and_counts_the_rest
     assert "more options" not in full and "No deny option was offered" in full
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=examples(120), deadline=None)
 @given(
     options=st.integers(1, 120),
     command_lines=st.integers(0, 150),
