@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import msgspec
 import typer
@@ -13,9 +13,10 @@ from rich.table import Table
 from rich.text import Text
 
 from simhost._usage import fail, plain_console
-from simhost.audit import AUDIT_NAME, AuditRecord, read_audit
-from simhost.chat.text import escaped
 from simhost.runtime.sessions import default_state_dir
+
+if TYPE_CHECKING:
+    from simhost.audit import AuditRecord
 
 __all__ = ["audit_command"]
 
@@ -93,6 +94,10 @@ def audit_command(
         start = _since(since) if since is not None else None
     except ValueError:
         raise fail(command, f"--since {since!r}: give 30m, 2h, 7d or an ISO 8601 time") from None
+    # Here, not at the top: every simhost start loads this module, and the trail's
+    # reader brings the rule engine.
+    from simhost.audit import AUDIT_NAME, read_audit
+
     path = (state_dir or default_state_dir(workspace)) / AUDIT_NAME
     console = plain_console()
     if not path.exists():
@@ -123,6 +128,10 @@ def audit_command(
 
 
 def _table(records: list[AuditRecord], path: Path) -> Table:
+    # Here, not at the top: every simhost start loads this module, and the escaping
+    # tables take a scan of Unicode to build.
+    from simhost.chat.text import escaped
+
     table = Table(title=f"{len(records)} answers · {path}", title_justify="left", expand=False)
     for name in ("time", "session", "asked", "outcome", "by", "reason"):
         table.add_column(name, overflow="fold")

@@ -44,6 +44,13 @@ def pytest_configure(config: pytest.Config) -> None:
         compileall.compile_dir(ROOT / package, quiet=2)
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto`` (the default): one worker per core the process may use, and two
+    more, because most end-to-end tests wait on the programs they start."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return (cores or 1) + 2
+
+
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
     """``-m "not e2e"`` (the inner loop) does not even import the e2e modules: a browser
     driver and the interop peers' helpers are seconds of every run's start."""
@@ -83,8 +90,8 @@ def _no_processes_outside_e2e(
 
     def guarded_init(self: subprocess.Popen[Any], args: Any, *rest: Any, **kwargs: Any) -> None:
         argv = [args] if isinstance(args, (str, bytes, os.PathLike)) else list(args)
-        program = os.path.basename(os.fsdecode(argv[0])) if argv else ""
-        if os.fsdecode(argv[0]) == sys.executable or program.startswith(_PROCESS_PROGRAMS):
+        first = os.fsdecode(argv[0]) if argv else ""
+        if first == sys.executable or os.path.basename(first).startswith(_PROCESS_PROGRAMS):
             _refuse_process(" ".join(map(os.fsdecode, argv))[:200])
         popen_init(self, args, *rest, **kwargs)
 

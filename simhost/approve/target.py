@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Final
 from urllib.parse import parse_qs, quote, urlsplit
 
-from simhost.serve.protocol import MAX_NAME, TOKEN_ENV
+from simhost.serve.access import MAX_NAME, TOKEN_ENV
 
 __all__ = [
     "TOKEN_ENV",

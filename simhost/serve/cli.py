@@ -14,7 +14,7 @@ import typer
 
 from permclient import DialectName
 from simhost._usage import check_agent_command, fail, interrupted
-from simhost.serve.protocol import TOKEN, TOKEN_ENV
+from simhost.serve.access import TOKEN, TOKEN_ENV
 
 __all__ = ["serve_command"]
 

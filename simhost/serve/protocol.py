@@ -18,7 +18,6 @@ The question events (``requested``, ``resolved``, ``withdrawn``) are
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, Final, Literal, TypeAlias, TypeVar
 
 import msgspec
@@ -26,19 +25,13 @@ from msgspec import UNSET, UnsetType
 
 from permclient.relay import Requested, Resolved, Withdrawn
 from permclient.rules import MAX_REASON
+from simhost.serve.access import MAX_NAME
 
 PROTOCOL_VERSION: Final = 1
-# Where ``simhost serve`` and ``simhost approve`` read a token the person chose (a
-# URL's token shows in the process list and the shell's history).
-TOKEN_ENV: Final = "SIMHOST_TOKEN"
-MIN_TOKEN: Final = 22  # characters: 128 bits of secrets.token_urlsafe
-# What a token may be: it travels in URLs (a query, a path) and in the page.
-TOKEN: Final = re.compile(rf"[A-Za-z0-9_.~-]{{{MIN_TOKEN},256}}")
 MAX_PROMPT: Final = 32 * 1024  # characters
 # The largest message a view may send, in bytes of UTF-8 (a prompt is the longest,
 # and its characters may take 4 bytes each): bigger ones are refused undecoded.
 MAX_MESSAGE: Final = 4 * MAX_PROMPT + 4096
-MAX_NAME: Final = 64
 MAX_BATCH: Final = 1000  # questions one batch answer names
 MAX_REF: Final = 64
 

@@ -44,12 +44,11 @@ from wsproto.events import CloseConnection
 
 from permclient.relay import Relay, Requested, Resolved, Subscription
 
+from .access import MIN_TOKEN, TOKEN
 from .editor import EditorDesk
 from .host import Listener, ServeHost
 from .protocol import (
     MAX_MESSAGE,
-    MIN_TOKEN,
-    TOKEN,
     Answer,
     AnswerBatch,
     AnswerRefused,

@@ -16,7 +16,7 @@ import pytest
 from permclient import Cancelled, Decision, PermissionRequest, Selected
 from permclient.embed import asyncio_client
 from tests.permclient.embed.test_asyncio_loop import Cards, run
-from tests.support.sync_peer import runtime_argv
+from tests.support.peer import runtime_argv
 
 
 def test_end_to_end_approve_then_cancel_the_host_task_with_a_question_open(

@@ -11,7 +11,7 @@ import pytest
 from permclient import ConnectionClosed, Selected
 from permclient.embed import open_blocking
 from tests.permclient.embed.test_blocking import Cards
-from tests.support.sync_peer import TIMEOUT_S, runtime_argv
+from tests.support.peer import TIMEOUT_S, runtime_argv
 
 
 def test_end_to_end_a_write_allowed_from_a_card_lands_in_the_workspace(tmp_path: Path) -> None:

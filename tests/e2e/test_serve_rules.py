@@ -15,7 +15,7 @@ from typing import Any
 from permclient.rules import EditorRule, load_rules, save_rules
 from simhost.audit import AUDIT_NAME
 from simhost.rulebook import RULES_NAME, user_rules_file
-from tests.simhost.serve.test_rules import (
+from tests.simhost.serve.test_editor import (
     GIT_STATUS_RULE,
     Inbox,
     answer,

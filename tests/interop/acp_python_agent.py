@@ -1,6 +1,6 @@
 """An agent built on the official ACP Python SDK (PyPI ``agent-client-protocol``).
 
-Run by tests/test_interop_acp_python.py as ``python acp_python_agent.py`` over stdio
+Run by tests/interop/test_acp_python.py as ``python acp_python_agent.py`` over stdio
 (newline-delimited JSON-RPC). No LLM: the prompt text picks a script.
 
 * ``approve me``: reports a pending tool call ``call-1``, asks permission for it, then

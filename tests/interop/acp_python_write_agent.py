@@ -1,7 +1,7 @@
 """A file-writing agent built on the official ACP Python SDK (PyPI ``agent-client-protocol``).
 
 The Python twin of ``node/ts_agent.mjs``: the same prompt grammar, the same tool calls,
-the same log, so ``tests/test_interop_acp_ts.py`` can drive both agents with the
+the same log, so ``tests/interop/test_acp_ts.py`` can drive both agents with the
 same scenarios (``acp_scenarios.py``). Run as ``python acp_python_write_agent.py`` over
 stdio (newline-delimited JSON-RPC). Each line of the prompt's text blocks is a command:
 

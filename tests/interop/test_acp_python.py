@@ -4,7 +4,7 @@ The agent is ``tests/interop/acp_python_agent.py`` (agent-client-protocol 0.12.1
 newline-delimited JSON-RPC over stdio; one or two approvals, reports what it got as
 message text). Its file-writing twin, ``tests/interop/acp_python_write_agent.py``, runs
 the shared scenarios of ``tests/interop/acp_scenarios.py`` in
-``tests/test_interop_acp_ts.py``, parametrized with the TypeScript SDK agent. Each test
+``tests/interop/test_acp_ts.py``, parametrized with the TypeScript SDK agent. Each test
 here does the real ACP handshake (``initialize``, ``session/new``), registers a
 permission handler for exactly the session the agent returned, prompts, and checks what
 the agent says it got.

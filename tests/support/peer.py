@@ -1,9 +1,16 @@
-"""A scripted JSON-RPC peer over the other end of a trio stream, for tests."""
+"""The scripted JSON-RPC peer of the tests: it plays the runtime, sends raw messages
+and reads what the client wrote. :class:`FakePeer` over the other end of a trio
+stream; :class:`SyncPeer` over a plain socket, for the embedding tests, whose client
+runs its own trio (guest mode or a thread), so any thread or loop can drive it (every
+read bounded by a timeout)."""
 
 from __future__ import annotations
 
+import socket
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -42,9 +49,8 @@ class FakePeer:
     async def receive(self) -> dict[str, Any]:
         """The next message the client wrote (fails the test if the client closed)."""
         while True:
-            frame = self.framer.next_frame()
-            if frame is not None:
-                message: dict[str, Any] = msgspec.json.decode(frame)
+            message = next_message(self.framer)
+            if message is not None:
                 return message
             data = await self.stream.receive_some(65536)
             assert data, "the client closed the stream"
@@ -72,6 +78,15 @@ class FakePeer:
         """Send a well-formed session/request_permission; returns its id."""
         params = permission_params(session_id, tool_call_id, options, **extra)
         return await self.request("session/request_permission", params, request_id)
+
+
+def next_message(framer: ContentLengthFramer | NewlineFramer) -> dict[str, Any] | None:
+    """The next whole message ``framer`` holds, decoded; None until one is whole."""
+    frame = framer.next_frame()
+    if frame is None:
+        return None
+    message: dict[str, Any] = msgspec.json.decode(frame)
+    return message
 
 
 def permission_params(
@@ -104,3 +119,77 @@ def selected(option_id: str) -> dict[str, Any]:
 
 
 CANCELLED = {"outcome": {"outcome": "cancelled"}}
+
+
+TIMEOUT_S = 10.0
+
+
+def socket_pair() -> tuple[socket.socket, socket.socket]:
+    """(ours, theirs): give ``ours`` to the client, ``theirs`` to a :class:`SyncPeer`."""
+    return socket.socketpair()
+
+
+class SyncPeer:
+    """Plays the runtime over a blocking socket: sends raw JSON-RPC, reads what the client wrote."""
+
+    def __init__(self, sock: socket.socket, dialect: str = "bridge") -> None:
+        sock.settimeout(TIMEOUT_S)
+        self.sock = sock
+        self.framer_type = ContentLengthFramer if dialect == "bridge" else NewlineFramer
+        self.framer = self.framer_type()
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.sock.sendall(self.framer_type.encode(msgspec.json.encode(message)))
+
+    def receive(self) -> dict[str, Any]:
+        """The next message the client wrote; fails if it closed or wrote nothing in time."""
+        while True:
+            message = next_message(self.framer)
+            if message is not None:
+                return message
+            data = self.sock.recv(65536)
+            assert data, "the client closed the stream"
+            self.framer.receive_data(data)
+
+    def receive_eof(self) -> bytes:
+        """What the client still wrote before closing its end (b"" if nothing)."""
+        chunks = []
+        while data := self.sock.recv(65536):
+            chunks.append(data)
+        return b"".join(chunks)
+
+    def request(self, method: str, params: Any, request_id: Any) -> Any:
+        self.send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+        return request_id
+
+    def notify(self, method: str, params: Any) -> None:
+        self.send({"jsonrpc": "2.0", "method": method, "params": params})
+
+    def respond(self, request_id: Any, result: Any) -> None:
+        self.send({"jsonrpc": "2.0", "id": request_id, "result": result})
+
+    def ask_permission(self, session_id: str, tool_call_id: str, request_id: Any) -> Any:
+        params = {
+            "sessionId": session_id,
+            "toolCall": {"toolCallId": tool_call_id, "title": f"run {tool_call_id}"},
+            "options": allow_deny(),
+        }
+        return self.request("session/request_permission", params, request_id)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def runtime_argv(workspace: Path, state: Path) -> list[str]:
+    """The reference runtime, over stdio, in ``workspace``."""
+    return [
+        sys.executable,
+        "-m",
+        "simhost",
+        "runtime",
+        "--stdio",
+        "--workspace",
+        str(workspace),
+        "--state-dir",
+        str(state),
+    ]

@@ -1,6 +1,7 @@
-"""The editor side shared by the runtime suites (``e2e/test_runtime_bridge.py``, bridge
-dialect, and ``e2e/test_runtime_acp.py``, acp dialect): what the runtime told a permclient client per
-session, and the permission handlers those tests answer questions with."""
+"""The editor side of the reference runtime's tests, in both dialects (bridge and acp):
+the runtime started for real, what it told a permclient client per session, the
+permission handlers those tests answer questions with, and the session files they
+start it beside."""
 
 from __future__ import annotations
 
@@ -208,7 +209,7 @@ def _validator(part: str | int) -> jsonschema.protocols.Validator:
     """A validator for ``$defs/<part>``, or for the schema's top-level message branch ``part``.
 
     (Branch 0: agent messages, 2: protocol-level ones.) The schema itself is checked
-    once by tests/test_wire.py.
+    once by tests/permclient/test_wire.py.
     """
     schema = _schema()
     target = {"$ref": f"#/$defs/{part}"} if isinstance(part, str) else schema["anyOf"][part]

@@ -1,6 +1,6 @@
 // An ACP agent built on the AGENT side of the official TypeScript SDK
 // (@agentclientprotocol/sdk 2.4.0: `agent()` + `ndJsonStream` over stdio), driven by
-// tests/test_interop_acp_ts.py through permclient's "acp" dialect. No LLM: each line of
+// tests/interop/test_acp_ts.py through permclient's "acp" dialect. No LLM: each line of
 // the prompt's text blocks is a command ("; " also separates commands, so a one-line
 // prompt, e.g. typed into simhost chat, can hold several).
 //

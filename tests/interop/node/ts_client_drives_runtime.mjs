@@ -1,7 +1,7 @@
 // An ACP client built on the CLIENT side of the official TypeScript SDK
 // (@agentclientprotocol/sdk 2.4.0: `client()` + `connectWith` + `ndJsonStream`), driving
 // the reference runtime `simhost runtime --dialect acp` over its stdio. Run by
-// tests/test_interop_acp_ts_client.py:
+// tests/interop/test_acp_ts_client.py:
 //
 //   node ts_client_drives_runtime.mjs WORKSPACE -- RUNTIME_ARGV...
 //

@@ -1,5 +1,5 @@
 // A runtime built on Microsoft's vscode-jsonrpc (Content-Length framing over stdio),
-// driven by tests/test_interop_vscode_jsonrpc.py through permclient's "bridge" dialect.
+// driven by tests/interop/test_vscode_jsonrpc.py through permclient's "bridge" dialect.
 //
 // The editor (permclient) drives it with requests:
 //   runScenario {}          -> sends session/request_permission for s-A, s-B (twice) and

@@ -15,8 +15,7 @@ import trio
 
 from permclient import ConnectionClosed, Decision, PermissionRequest, Selected
 from permclient.embed import AsyncioClient, PermissionHandle, asyncio_client, start_guest
-from tests.support.peer import CANCELLED, selected
-from tests.support.sync_peer import TIMEOUT_S, SyncPeer, socket_pair
+from tests.support.peer import CANCELLED, TIMEOUT_S, SyncPeer, selected, socket_pair
 
 
 def run(scenario: Callable[[], Awaitable[None]]) -> None:

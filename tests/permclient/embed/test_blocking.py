@@ -18,8 +18,7 @@ import trio
 
 from permclient import Cancelled, ConnectionClosed, Selected
 from permclient.embed import BlockingClient, PermissionHandle, open_blocking
-from tests.support.peer import CANCELLED, selected
-from tests.support.sync_peer import TIMEOUT_S, SyncPeer, socket_pair
+from tests.support.peer import CANCELLED, TIMEOUT_S, SyncPeer, selected, socket_pair
 
 
 @contextmanager

@@ -22,8 +22,7 @@ import pytest
 
 from permclient import Cancelled, Decision, PermissionRequest, Selected
 from permclient.embed import AsyncioClient, BlockingClient, PermissionHandle, open_blocking
-from tests.support.peer import CANCELLED, selected
-from tests.support.sync_peer import TIMEOUT_S, SyncPeer, socket_pair
+from tests.support.peer import CANCELLED, TIMEOUT_S, SyncPeer, selected, socket_pair
 
 
 @contextmanager
