@@ -1,4 +1,5 @@
-"""What the end-to-end tests share: an X display for the tkinter examples, started once
+"""What the end-to-end tests share: ``simhost`` command lines forked from one Python,
+an X display for the tkinter examples, started once
 per test process (each xdist worker), and Chromium for the page of ``simhost serve``,
 once per module that uses it (Playwright's sync API keeps an event loop of its own,
 which must not outlive the module's tests)."""
@@ -13,6 +14,8 @@ from collections.abc import Iterator
 
 import pytest
 from playwright.sync_api import Browser, sync_playwright
+
+from tests.support.cli import ForkedSimhost
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 REQUIRE_BROWSER_ENV = "PERMCLIENT_REQUIRE_BROWSER"
@@ -64,3 +67,12 @@ def browser() -> Iterator[Browser]:
             yield launched
         finally:
             launched.close()
+
+
+@pytest.fixture(scope="module")
+def forked() -> Iterator[ForkedSimhost]:
+    """``simhost`` command lines as processes forked from one Python (see
+    :mod:`tests.support.cli`), for a module that runs many."""
+    runner = ForkedSimhost()
+    yield runner
+    runner.close()

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -16,6 +14,7 @@ import pytest
 from permclient import PermissionRequest, Selected
 from permclient.rules import with_reason
 from simhost.audit import AUDIT_NAME, AuditLog, AuditRecord, record_for
+from tests.support.cli import ForkedSimhost, Ran
 
 WS = "/ws"
 OPTIONS = [
@@ -33,18 +32,10 @@ def request(session: str = "s-1", **tool_call: Any) -> PermissionRequest:
 # ---------------------------------------------------------------- simhost audit
 
 
-def simhost_audit(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def simhost_audit(forked: ForkedSimhost, tmp_path: Path, *args: str) -> Ran:
     env = {**os.environ, "COLUMNS": "200", "XDG_STATE_HOME": str(tmp_path / "xdg")}
-    return subprocess.run(
-        [sys.executable, "-m", "simhost", "audit", "--state-dir", str(tmp_path / "state"), *args],
-        cwd=tmp_path,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    argv = ["audit", "--state-dir", str(tmp_path / "state"), *args]
+    return forked.run(argv, cwd=tmp_path, env=env, timeout=60)
 
 
 @pytest.fixture
@@ -63,8 +54,8 @@ def trail(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def test_audit_shows_every_answer_as_a_table(trail: Path) -> None:
-    result = simhost_audit(trail)
+def test_audit_shows_every_answer_as_a_table(forked: ForkedSimhost, trail: Path) -> None:
+    result = simhost_audit(forked, trail)
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "4 answers" in out
@@ -95,9 +86,9 @@ def test_audit_shows_every_answer_as_a_table(trail: Path) -> None:
     ],
 )
 def test_audit_filters_by_session_outcome_and_since(
-    trail: Path, args: list[str], sessions: list[str]
+    forked: ForkedSimhost, trail: Path, args: list[str], sessions: list[str],
 ) -> None:
-    result = simhost_audit(trail, *args, "--json")
+    result = simhost_audit(forked, trail, *args, "--json")
     assert result.returncode == 0, result.stderr
     found = [json.loads(line)["session"] for line in result.stdout.splitlines()]
     assert found == sessions
@@ -112,13 +103,15 @@ def test_audit_filters_by_session_outcome_and_since(
         (["--since", "yesterday"], "--since 'yesterday': give 30m, 2h, 7d or an ISO 8601 time"),
     ],
 )
-def test_audit_usage_errors_are_one_line_exit_2(trail: Path, args: list[str], says: str) -> None:
-    result = simhost_audit(trail, *args)
+def test_audit_usage_errors_are_one_line_exit_2(
+    forked: ForkedSimhost, trail: Path, args: list[str], says: str,
+) -> None:
+    result = simhost_audit(forked, trail, *args)
     assert result.returncode == 2
     assert result.stderr.splitlines() == [f"simhost audit: {says}"]
 
 
-def test_audit_without_a_trail_says_so_and_exits_0(tmp_path: Path) -> None:
-    result = simhost_audit(tmp_path)
+def test_audit_without_a_trail_says_so_and_exits_0(forked: ForkedSimhost, tmp_path: Path) -> None:
+    result = simhost_audit(forked, tmp_path)
     assert result.returncode == 0
     assert result.stdout == "" and "no audit trail yet" in result.stderr

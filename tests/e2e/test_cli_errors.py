@@ -6,20 +6,22 @@ from people and peers are never read as Rich markup."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from simhost.approve.target import TOKEN_ENV
 from tests.support import paths
+from tests.support.cli import ForkedSimhost, Ran
 
 ROOT = paths.ROOT
 STUCK_AGENT = f"{sys.executable} {paths.FAKE_AGENTS / 'stuck_acp_agent.py'}"
 SCENARIO = str(ROOT / "examples" / "scenarios" / "denial_leaves_workspace_untouched.toml")
 TIMEOUT = 60
+Simhost = Callable[..., tuple[Ran, str]]
 
 
 def _left_running(marker: str) -> list[int]:
@@ -37,30 +39,26 @@ def _left_running(marker: str) -> list[int]:
     return pids
 
 
-def simhost(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], str]:
-    """``python -m simhost ARGS`` in ``tmp_path``: no terminal, narrow, marked in its env."""
-    marker = f"SIMHOST_CLI_TEST={uuid.uuid4().hex}"
-    key, value = marker.split("=")
-    env = {
-        **os.environ,
-        "COLUMNS": "40",
-        key: value,
-        "XDG_STATE_HOME": str(tmp_path / "xdg"),
-        "XDG_CONFIG_HOME": str(tmp_path / "config"),
-    }
-    env.pop(TOKEN_ENV, None)
-    args = tuple(a.replace("{tmp}", str(tmp_path)) for a in args)
-    result = subprocess.run(
-        [sys.executable, "-m", "simhost", *args],
-        cwd=tmp_path,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        check=False,
-    )
-    return result, marker
+@pytest.fixture
+def simhost(tmp_path: Path, forked: ForkedSimhost) -> Simhost:
+    """``simhost ARGS`` (as ``python -m simhost`` runs it) in ``tmp_path``: no terminal,
+    narrow, marked in its env; ``{tmp}`` in an argument is ``tmp_path``."""
+
+    def run(*args: str) -> tuple[Ran, str]:
+        marker = f"SIMHOST_CLI_TEST={uuid.uuid4().hex}"
+        key, value = marker.split("=")
+        env = {
+            **os.environ,
+            "COLUMNS": "40",
+            key: value,
+            "XDG_STATE_HOME": str(tmp_path / "xdg"),
+            "XDG_CONFIG_HOME": str(tmp_path / "config"),
+        }
+        env.pop(TOKEN_ENV, None)
+        argv = [a.replace("{tmp}", str(tmp_path)) for a in args]
+        return forked.run(argv, cwd=tmp_path, env=env, timeout=TIMEOUT), marker
+
+    return run
 
 
 USAGE_ERRORS = [
@@ -107,10 +105,10 @@ USAGE_ERRORS = [
     ("args", "says"), USAGE_ERRORS, ids=[" ".join(a).replace("\n", "\\n") for a, _ in USAGE_ERRORS]
 )
 def test_a_usage_error_is_one_line_exit_2_no_traceback_nothing_started(
-    tmp_path: Path, args: list[str], says: str
+    simhost: Simhost, tmp_path: Path, args: list[str], says: str
 ) -> None:
     (tmp_path / "a-file").write_text("not json\n")
-    result, marker = simhost(tmp_path, *args)
+    result, marker = simhost(*args)
     assert result.returncode == 2, result
     assert "Traceback" not in result.stdout + result.stderr
     lines = result.stderr.splitlines()
@@ -142,10 +140,10 @@ BAD_GUARDS = [
 
 @pytest.mark.parametrize("command", sorted(GUARD_COMMANDS))
 @pytest.mark.parametrize(("args", "says"), BAD_GUARDS, ids=[" ".join(a) for a, _ in BAD_GUARDS])
-def test_an_arm_delay_or_repeat_guard_out_of_range_or_not_a_number_is_one_line_exit_2_nothing_started(
-    tmp_path: Path, command: str, args: list[str], says: str
+def test_an_arm_delay_or_repeat_guard_out_of_range_is_one_line_exit_2_nothing_started(
+    simhost: Simhost, tmp_path: Path, command: str, args: list[str], says: str
 ) -> None:
-    result, marker = simhost(tmp_path, *GUARD_COMMANDS[command], *args)
+    result, marker = simhost(*GUARD_COMMANDS[command], *args)
     assert result.returncode == 2, result
     assert "Traceback" not in result.stdout + result.stderr
     lines = result.stderr.splitlines()
@@ -167,9 +165,9 @@ AGENT_FAILURES = [
 
 @pytest.mark.parametrize(("agent", "tail"), AGENT_FAILURES, ids=[a for a, _ in AGENT_FAILURES])
 def test_an_agent_that_dies_at_start_is_one_line_and_its_stderr_tail_exit_1(
-    tmp_path: Path, agent: str, tail: list[str]
+    simhost: Simhost, tmp_path: Path, agent: str, tail: list[str]
 ) -> None:
-    result, marker = simhost(tmp_path, "chat", "--agent", agent)
+    result, marker = simhost("chat", "--agent", agent)
     assert result.returncode == 1, result
     assert "Traceback" not in result.stdout + result.stderr
     first, *rest = result.stderr.splitlines()
@@ -215,10 +213,15 @@ START_FAILURES = [
     ids=["never answers", "opens no session", "error", "cat"],
 )
 def test_a_start_that_fails_or_takes_too_long_is_one_line_and_the_stderr_tail_exit_1(
-    tmp_path: Path, agent: str, timeout: str, says: str, tail: list[str]
+    simhost: Simhost,
+    tmp_path: Path,
+    agent: str,
+    timeout: str,
+    says: str,
+    tail: list[str],
 ) -> None:
     # stdin is /dev/null: the end of input does not hold the start up, nor end it early.
-    result, marker = simhost(tmp_path, "chat", "--agent", agent, "--start-timeout", timeout)
+    result, marker = simhost("chat", "--agent", agent, "--start-timeout", timeout)
     assert result.returncode == 1, result
     assert "Traceback" not in result.stdout + result.stderr
     assert result.stderr.splitlines() == [
@@ -229,17 +232,21 @@ def test_a_start_that_fails_or_takes_too_long_is_one_line_and_the_stderr_tail_ex
     assert _left_running(marker) == []
 
 
-def test_ctrl_c_while_the_agent_starts_is_exit_130_without_a_traceback(tmp_path: Path) -> None:
+def test_ctrl_c_while_the_agent_starts_is_exit_130_without_a_traceback(
+    simhost: Simhost, tmp_path: Path
+) -> None:
     # The agent sends SIGINT to the chat once asked to initialize, and never answers.
-    result, marker = simhost(tmp_path, "chat", "--agent", f"{STUCK_AGENT} interrupt")
+    result, marker = simhost("chat", "--agent", f"{STUCK_AGENT} interrupt")
     assert result.returncode == 130, result
     assert result.stderr == ""
     assert result.stdout.splitlines() == ["bye: the agent is stopped"]
     assert _left_running(marker) == []
 
 
-def test_an_agent_that_cannot_be_started_is_one_line_exit_1(tmp_path: Path) -> None:
-    result, marker = simhost(tmp_path, "chat", "--agent", "/nonexistent/agent --acp")
+def test_an_agent_that_cannot_be_started_is_one_line_exit_1(
+    simhost: Simhost, tmp_path: Path
+) -> None:
+    result, marker = simhost("chat", "--agent", "/nonexistent/agent --acp")
     assert result.returncode == 1
     assert result.stderr.splitlines() == [
         "simhost chat: could not start the agent '/nonexistent/agent': No such file or directory"
@@ -252,8 +259,10 @@ def test_an_agent_that_cannot_be_started_is_one_line_exit_1(tmp_path: Path) -> N
     [[], ["chat"], ["runtime"], ["run"], ["audit"]],
     ids=["simhost", "chat", "runtime", "run", "audit"],
 )
-def test_help_is_plain_text_without_type_noise(tmp_path: Path, command: list[str]) -> None:
-    result, _ = simhost(tmp_path, *command, "--help")
+def test_help_is_plain_text_without_type_noise(
+    simhost: Simhost, tmp_path: Path, command: list[str]
+) -> None:
+    result, _ = simhost(*command, "--help")
     assert result.returncode == 0, result
     assert "Usage: simhost" in result.stdout
     assert "<bool>" not in result.stdout and "<str>" not in result.stdout
@@ -264,8 +273,8 @@ def test_help_is_plain_text_without_type_noise(tmp_path: Path, command: list[str
         assert "[default: the current folder]" in " ".join(result.stdout.split())
 
 
-def test_no_command_shows_the_help_and_exits_2(tmp_path: Path) -> None:
-    result, _ = simhost(tmp_path)
+def test_no_command_shows_the_help_and_exits_2(simhost: Simhost, tmp_path: Path) -> None:
+    result, _ = simhost()
     assert result.returncode == 2
     assert "Usage: simhost" in result.stderr and "Commands:" in result.stderr
 

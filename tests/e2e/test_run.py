@@ -22,6 +22,7 @@ from simhost.run.scenario import (
     load_scenario,
 )
 from tests.support import paths
+from tests.support.cli import ForkedSimhost, Ran
 
 ROOT = paths.ROOT
 EXAMPLES = ROOT / "examples" / "scenarios"
@@ -29,15 +30,9 @@ ROGUE = paths.FAKE_AGENTS / "rogue_acp_agent.py"
 TIMEOUT = 120
 
 
-def simhost_run(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "simhost", "run", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        check=False,
-        cwd=cwd,
-    )
+def simhost_run(forked: ForkedSimhost, *args: str | Path, cwd: Path | None = None) -> Ran:
+    argv = ["run", *map(str, args)]
+    return forked.run(argv, cwd=cwd or Path.cwd(), env=dict(os.environ), timeout=TIMEOUT)
 
 
 def reports(tmp_path: Path) -> tuple[Path, Path]:
@@ -65,12 +60,14 @@ def rogue(mode: str) -> str:
 
 @pytest.mark.parametrize("dialect", ["bridge", "acp"])
 def test_every_example_scenario_passes_against_the_reference_runtime(
-    tmp_path: Path, dialect: str
+    forked: ForkedSimhost, tmp_path: Path, dialect: str,
 ) -> None:
     files = sorted(EXAMPLES.glob("*.toml"))
     assert len(files) >= 5
     junit, json_path = reports(tmp_path)
-    result = simhost_run(*files, "--dialect", dialect, "--junit", junit, "--json", json_path)
+    result = simhost_run(
+        forked, *files, "--dialect", dialect, "--junit", junit, "--json", json_path
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Traceback" not in result.stderr
 
@@ -122,7 +119,7 @@ def test_every_example_scenario_passes_against_the_reference_runtime(
 
 
 def test_a_failed_expectation_exits_1_and_says_what_was_expected_and_what_happened(
-    tmp_path: Path,
+    forked: ForkedSimhost, tmp_path: Path,
 ) -> None:
     path = scenario_file(
         tmp_path,
@@ -143,7 +140,7 @@ name = "solo"
 """,
     )
     junit, json_path = reports(tmp_path)
-    result = simhost_run(path, "--junit", junit, "--json", json_path)
+    result = simhost_run(forked, path, "--junit", junit, "--json", json_path)
     assert result.returncode == 1, result.stdout + result.stderr
     assert "wrong: FAILED" in result.stdout
 
@@ -165,7 +162,7 @@ name = "solo"
 
 
 def test_a_tool_reported_completed_after_its_denial_is_an_invariant_violation(
-    tmp_path: Path,
+    forked: ForkedSimhost, tmp_path: Path,
 ) -> None:
     path = scenario_file(
         tmp_path,
@@ -180,7 +177,7 @@ name = "victim"
 """,
     )
     junit, json_path = reports(tmp_path)
-    result = simhost_run(path, "--junit", junit, "--json", json_path)
+    result = simhost_run(forked, path, "--junit", junit, "--json", json_path)
     assert result.returncode == 1, result.stdout + result.stderr
 
     tree, data = read_reports(junit, json_path)
@@ -234,7 +231,7 @@ COMPLETED_AFTER_DENIAL = (
     ids=["allow-then-deny", "reuse-id", "complete-later"],
 )
 def test_completed_after_a_denial_is_caught_however_the_agent_disguises_it(
-    tmp_path: Path, mode: str, requests: str, violations: list[str]
+    forked: ForkedSimhost, tmp_path: Path, mode: str, requests: str, violations: list[str],
 ) -> None:
     path = scenario_file(
         tmp_path,
@@ -249,14 +246,16 @@ name = "victim"
 """,
     )
     junit, json_path = reports(tmp_path)
-    result = simhost_run(path, "--junit", junit, "--json", json_path)
+    result = simhost_run(forked, path, "--junit", junit, "--json", json_path)
     assert result.returncode == 1, result.stdout + result.stderr
     _, data = read_reports(junit, json_path)
     assert data["scenarios"][0]["violations"] == violations
     assert data["scenarios"][0]["turns"][0]["failures"] == []
 
 
-def test_a_question_for_a_session_with_no_turn_running_is_reported(tmp_path: Path) -> None:
+def test_a_question_for_a_session_with_no_turn_running_is_reported(
+    forked: ForkedSimhost, tmp_path: Path,
+) -> None:
     path = scenario_file(
         tmp_path,
         "stray",
@@ -269,7 +268,7 @@ name = "victim"
 """,
     )
     junit, json_path = reports(tmp_path)
-    result = simhost_run(path, "--junit", junit, "--json", json_path)
+    result = simhost_run(forked, path, "--junit", junit, "--json", json_path)
     assert result.returncode == 1, result.stdout + result.stderr
     _, data = read_reports(junit, json_path)
     assert data["scenarios"][0]["violations"] == [
@@ -279,7 +278,7 @@ name = "victim"
 
 
 def test_a_question_after_the_turn_ended_is_answered_cancelled_and_reported(
-    tmp_path: Path,
+    forked: ForkedSimhost, tmp_path: Path,
 ) -> None:
     # The agent ends its turn, then asks: the turn's handler must not answer it
     # as scripted ("allow"), nor count it; it is a question with no turn running.
@@ -296,7 +295,7 @@ name = "victim"
 """,
     )
     junit, json_path = reports(tmp_path)
-    result = simhost_run(path, "--junit", junit, "--json", json_path)
+    result = simhost_run(forked, path, "--junit", junit, "--json", json_path)
     assert result.returncode == 1, result.stdout + result.stderr
     _, data = read_reports(junit, json_path)
     [turn] = data["scenarios"][0]["turns"]
@@ -313,7 +312,9 @@ name = "victim"
     )
 
 
-def test_a_card_left_open_when_the_turn_ends_is_reported(tmp_path: Path) -> None:
+def test_a_card_left_open_when_the_turn_ends_is_reported(
+    forked: ForkedSimhost, tmp_path: Path,
+) -> None:
     path = scenario_file(
         tmp_path,
         "open",
@@ -327,7 +328,7 @@ name = "victim"
 """,
     )
     junit, json_path = reports(tmp_path)
-    result = simhost_run(path, "--junit", junit, "--json", json_path)
+    result = simhost_run(forked, path, "--junit", junit, "--json", json_path)
     assert result.returncode == 1, result.stdout + result.stderr
     _, data = read_reports(junit, json_path)
     assert data["scenarios"][0]["violations"] == [
@@ -336,7 +337,9 @@ name = "victim"
     ]
 
 
-def test_an_unexpected_request_is_answered_cancelled_and_fails_the_turn(tmp_path: Path) -> None:
+def test_an_unexpected_request_is_answered_cancelled_and_fails_the_turn(
+    forked: ForkedSimhost, tmp_path: Path,
+) -> None:
     path = scenario_file(
         tmp_path,
         "surprise",
@@ -349,7 +352,7 @@ name = "solo"
 """,
     )
     junit, json_path = reports(tmp_path)
-    result = simhost_run(path, "--junit", junit, "--json", json_path)
+    result = simhost_run(forked, path, "--junit", junit, "--json", json_path)
     assert result.returncode == 1
     _, data = read_reports(junit, json_path)
     [turn] = data["scenarios"][0]["turns"]
@@ -360,10 +363,10 @@ name = "solo"
     assert data["scenarios"][0]["violations"] == []
 
 
-def test_repeat_and_seed_override_the_scenario(tmp_path: Path) -> None:
+def test_repeat_and_seed_override_the_scenario(forked: ForkedSimhost, tmp_path: Path) -> None:
     junit, json_path = reports(tmp_path)
     path = EXAMPLES / "racing_approvals.toml"
-    result = simhost_run(
+    result = simhost_run(forked, 
         path, "--repeat", "2", "--seed", "99", "--junit", junit, "--json", json_path
     )
     assert result.returncode == 0, result.stdout + result.stderr
@@ -379,9 +382,11 @@ def test_repeat_and_seed_override_the_scenario(tmp_path: Path) -> None:
 # -------------------------------------------------------------- usage errors
 
 
-def test_a_malformed_scenario_exits_2_naming_the_file_and_line(tmp_path: Path) -> None:
+def test_a_malformed_scenario_exits_2_naming_the_file_and_line(
+    forked: ForkedSimhost, tmp_path: Path,
+) -> None:
     bad_toml = scenario_file(tmp_path, "bad", '[[sessions]]\nname = "a"\nturns = [\n')
-    result = simhost_run(bad_toml)
+    result = simhost_run(forked, bad_toml)
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert str(bad_toml) in result.stderr
@@ -393,22 +398,24 @@ def test_a_malformed_scenario_exits_2_naming_the_file_and_line(tmp_path: Path) -
         '[[sessions]]\nname = "a"\n  [[sessions.turns]]\n  prompt = "hi"\n  answr = "allow"\n',
     )
     good = EXAMPLES / "racing_approvals.toml"
-    result = simhost_run(good, typo)
+    result = simhost_run(forked, good, typo)
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert str(typo) in result.stderr and "answr" in result.stderr
     assert "racing-approvals" not in result.stdout  # nothing ran
 
 
-def test_usage_errors_exit_2_and_an_agent_that_cannot_start_fails(tmp_path: Path) -> None:
+def test_usage_errors_exit_2_and_an_agent_that_cannot_start_fails(
+    forked: ForkedSimhost, tmp_path: Path,
+) -> None:
     good = EXAMPLES / "racing_approvals.toml"
-    result = simhost_run(good, "--dialect", "smoke-signals")
+    result = simhost_run(forked, good, "--dialect", "smoke-signals")
     assert result.returncode == 2 and "unknown dialect" in result.stderr
-    result = simhost_run(good, "--agent", "  ")
+    result = simhost_run(forked, good, "--agent", "  ")
     assert result.returncode == 2 and "command is empty" in result.stderr
 
     _, json_path = reports(tmp_path)
-    result = simhost_run(good, "--agent", "/nonexistent/agent --acp", "--json", json_path)
+    result = simhost_run(forked, good, "--agent", "/nonexistent/agent --acp", "--json", json_path)
     assert result.returncode == 1
     data = json.loads(json_path.read_text(encoding="utf-8"))
     assert data["scenarios"][0]["violations"][0].startswith(
@@ -424,15 +431,17 @@ def test_usage_errors_exit_2_and_an_agent_that_cannot_start_fails(tmp_path: Path
     ],
     ids=["unterminated-quote", "an-empty-word"],
 )
-def test_an_agent_command_that_cannot_be_run_is_a_usage_error(command: str, message: str) -> None:
-    result = simhost_run(EXAMPLES / "racing_approvals.toml", "--agent", command)
+def test_an_agent_command_that_cannot_be_run_is_a_usage_error(
+    forked: ForkedSimhost, command: str, message: str,
+) -> None:
+    result = simhost_run(forked, EXAMPLES / "racing_approvals.toml", "--agent", command)
     assert result.returncode == 2, result.stdout + result.stderr
     assert "Traceback" not in result.stderr
     assert f"simhost run: --agent {command!r}: {message}" in " ".join(result.stderr.split())
     assert result.stdout == ""  # nothing ran
 
 
-def test_files_exist_wants_a_file_not_a_folder(tmp_path: Path) -> None:
+def test_files_exist_wants_a_file_not_a_folder(forked: ForkedSimhost, tmp_path: Path) -> None:
     path = scenario_file(
         tmp_path,
         "folder",
@@ -448,7 +457,7 @@ name = "solo"
 """,
     )
     junit, json_path = reports(tmp_path)
-    result = simhost_run(path, "--junit", junit, "--json", json_path)
+    result = simhost_run(forked, path, "--junit", junit, "--json", json_path)
     assert result.returncode == 1, result.stdout + result.stderr
     _, data = read_reports(junit, json_path)
     [turn] = data["scenarios"][0]["turns"]
