@@ -26,16 +26,14 @@ from trio_websocket import WebSocketConnection
 
 from permclient.rules import load_rules
 from simhost.audit import AUDIT_NAME
-from tests.simhost.approve.test_app import (
-    Approving,
-    approving,
-)
+from tests.support.approver import Approving, approving
 from tests.support.pty import SHORT_ARM_DELAY, pty_env
 from tests.support.serving import (
+    GIT_STATUS_RULE,
     WAIT_S,
+    Inbox,
     Places,
-    next_message,
-    opened,
+    new_session,
     send,
     served,
     served_sync,
@@ -43,23 +41,12 @@ from tests.support.serving import (
 )
 
 
-class Tab:
+class Tab(Inbox):
     """Another view (a browser tab's part): it starts sessions and prompts, and reads
-    the agent's turns; messages are taken by what they say, the rest kept."""
+    the agent's turns."""
 
     def __init__(self, ws: WebSocketConnection) -> None:
-        self.ws = ws
-        self.backlog: list[dict[str, Any]] = []
-
-    async def take(self, wanted: dict[str, Any]) -> dict[str, Any]:
-        for index, message in enumerate(self.backlog):
-            if all(message.get(k) == v for k, v in wanted.items()):
-                return self.backlog.pop(index)
-        while True:
-            message = await next_message(self.ws)
-            if all(message.get(k) == v for k, v in wanted.items()):
-                return message
-            self.backlog.append(message)
+        super().__init__(ws, "tab")
 
     async def question(self, title: str) -> dict[str, Any]:
         """The question titled ``title`` (those asked before it are left out)."""
@@ -69,29 +56,13 @@ class Tab:
                 return question
 
     async def first_session(self) -> str:
-        await opened(self.ws, "tab")
-        await send(self.ws, {"type": "list_sessions"})
+        await self.open()
+        await self.send({"type": "list_sessions"})
         session_id: str = (await self.take({"type": "sessions"}))["sessions"][0]["sessionId"]
         return session_id
 
-    async def new_session(self) -> str:
-        await send(self.ws, {"type": "new_session"})
-        created = await self.take({"type": "session_event", "event": "created", "view": "tab"})
-        session_id: str = created["sessionId"]
-        return session_id
-
     async def prompt(self, session_id: str, text: str) -> None:
-        await send(self.ws, {"type": "prompt", "sessionId": session_id, "text": text})
-
-    async def turn(self, session_id: str) -> str:
-        """The session's text until its turn ends."""
-        text = ""
-        while True:
-            message = await self.take({"type": "session_event", "sessionId": session_id})
-            if message["event"] == "message":
-                text += message["text"]
-            elif message["event"] == "turn_ended":
-                return text
+        await self.send({"type": "prompt", "sessionId": session_id, "text": text})
 
 
 @asynccontextmanager
@@ -109,9 +80,6 @@ async def served_with_tab(places: Places) -> AsyncIterator[tuple[Approving, Tab,
         yield approver, tab, session_id
 
 
-GIT_STATUS = "allow `git status …` in this workspace, until revoked"
-
-
 async def test_a_card_offers_editor_rules_and_one_saved_answers_it_and_later_questions(
     places: Places,
 ) -> None:
@@ -119,11 +87,11 @@ async def test_a_card_offers_editor_rules_and_one_saved_answers_it_and_later_que
         await tab.prompt(s1, "run git status")
         await approver.out.wait_for("a-b (an editor rule)")  # (the card, then its rules)
         assert "Editor rules (kept by the editor; /rules lists them)" in approver.text
-        assert f"a  Always {GIT_STATUS}" in approver.text
+        assert f"a  Always {GIT_STATUS_RULE}" in approver.text
         assert "b  Always deny `git status …` in this workspace, until revoked" in approver.text
         assert not places.rules_file.exists()
         await approver.answer("a")  # a line: saved at once
-        await approver.out.wait_for(f"rule 1 saved: {GIT_STATUS}")
+        await approver.out.wait_for(f"rule 1 saved: {GIT_STATUS_RULE}")
         await approver.out.wait_for("✓ answered by rule 1: Allow  allow_once · local_shell: git")
         await approver.out.wait_for("⚖ rule 1 allowed · local_shell: git status · Session 1 (")
         assert "exit code" in await tab.turn(s1)
@@ -211,7 +179,7 @@ async def test_rules_lists_them_and_rules_rm_revokes_one_listing_them_first_if_n
         await approver.answer("/rules rm 2")  # not in the last list
         await approver.out.wait_for("there is no rule 2 in the last list: /rules lists them")
         await approver.answer("/rules rm 1")
-        await approver.out.wait_for(f"rule 1 revoked: {GIT_STATUS}")
+        await approver.out.wait_for(f"rule 1 revoked: {GIT_STATUS_RULE}")
         assert load_rules(places.rules_file) == ([], [])
         await approver.answer("/rules")
         await approver.out.wait_for("no editor rules yet: a card's a-d keys save one")
@@ -230,7 +198,7 @@ async def test_allow_all_and_deny_all_list_the_card_s_session_then_answer_what_t
     places: Places,
 ) -> None:
     async with served_with_tab(places) as (approver, tab, s1):
-        s2 = await tab.new_session()
+        s2 = await new_session(tab)
         await tab.prompt(s1, "burst 2")
         await approver.out.wait_for("Permission request")
         await tab.prompt(s2, "burst 3")
@@ -280,7 +248,9 @@ ARMED = "Press 1-4 to choose" + STYLE + " · a-b saves a rule"
 
 def _prompted(url: str, text: str) -> None:
     """Prompt the server's first session with ``text``, as another view would (until
-    its turn has started)."""
+    its turn has started). The session's last turn may not have ended yet (an answer
+    reaches the approver before the agent ends its turn): then the prompt is refused,
+    and sent again once that turn has ended."""
     parts = urlsplit(url)
     token = parse_qs(parts.query)["token"][0]
 
@@ -288,8 +258,15 @@ def _prompted(url: str, text: str) -> None:
         async with view(parts.netloc, token) as ws:
             tab = Tab(ws)
             session_id = await tab.first_session()
-            await tab.prompt(session_id, text)
-            await tab.take({"type": "session_event", "event": "turn_started"})
+            while True:
+                await tab.prompt(session_id, text)
+                reply = await tab.take_first(
+                    {"type": "session_event", "event": "turn_started"}, {"type": "error"}
+                )
+                if reply["type"] == "session_event":
+                    return
+                assert "already has a turn running" in reply["reason"], reply
+                await tab.take({"type": "session_event", "event": "turn_ended"})
 
     trio.run(prompt)
 

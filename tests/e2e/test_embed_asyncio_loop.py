@@ -15,7 +15,7 @@ import pytest
 
 from permclient import Cancelled, Decision, PermissionRequest, Selected
 from permclient.embed import asyncio_client
-from tests.permclient.embed.test_asyncio_loop import Cards, run
+from tests.support.embed import LoopCards, run_on_asyncio
 from tests.support.peer import runtime_argv
 
 
@@ -39,7 +39,7 @@ def test_end_to_end_approve_then_cancel_the_host_task_with_a_question_open(
                 text = "create notes.txt with hello"
                 result = await client.request("chatSend", {"sessionId": session_id, "text": text})
                 assert result == {"stopReason": "end_turn"}
-            cards = Cards()
+            cards = LoopCards()
             with client.permission_handler(session_id, cards):
                 turn = asyncio.ensure_future(
                     client.request("chatSend", {"sessionId": session_id, "text": "run true"})
@@ -58,7 +58,7 @@ def test_end_to_end_approve_then_cancel_the_host_task_with_a_question_open(
         process = process_box[0]
         assert process.returncode is not None  # the runtime was stopped
 
-    run(scenario)
+    run_on_asyncio(scenario)
     assert (workspace / "notes.txt").read_text() == "hello\n"
 
 
@@ -68,7 +68,7 @@ def test_a_runtime_that_cannot_start_raises_from_the_block(tmp_path: Path) -> No
             async with asyncio_client([str(tmp_path / "no-such-runtime")]):
                 pass  # pragma: no cover - never entered
 
-    run(scenario)
+    run_on_asyncio(scenario)
 
 
 # Ctrl-C under asyncio.run while the loop waits: the kernel gives a process's SIGINT

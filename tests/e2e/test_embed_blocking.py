@@ -10,7 +10,7 @@ import pytest
 
 from permclient import ConnectionClosed, Selected
 from permclient.embed import open_blocking
-from tests.permclient.embed.test_blocking import Cards
+from tests.support.embed import ThreadCards
 from tests.support.peer import TIMEOUT_S, runtime_argv
 
 
@@ -19,7 +19,7 @@ def test_end_to_end_a_write_allowed_from_a_card_lands_in_the_workspace(tmp_path:
     workspace.mkdir()
     with open_blocking(runtime_argv(workspace, tmp_path / "state")) as client:
         session_id = client.request("sessionNew", {"title": "embed"})["sessionId"]
-        cards = Cards()
+        cards = ThreadCards()
         with client.permission_handler(session_id, cards):
             caller = ThreadPoolExecutor(1)
             turn = caller.submit(
@@ -42,7 +42,7 @@ def test_end_to_end_closing_with_a_question_open_answers_it_and_stops_the_runtim
     workspace.mkdir()
     client = open_blocking(runtime_argv(workspace, tmp_path / "state"))
     session_id = client.request("sessionNew", {"title": "embed"})["sessionId"]
-    cards = Cards()
+    cards = ThreadCards()
     client.permission_handler(session_id, cards)
     caller = ThreadPoolExecutor(1)
     turn = caller.submit(

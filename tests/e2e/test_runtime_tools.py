@@ -8,8 +8,7 @@ from typing import Any
 
 import trio
 
-from tests.simhost.runtime.test_tools import _non_utf8_workspace
-from tests.support.runtime_editor import answering, open_bridge_runtime
+from tests.support.runtime_editor import answering, non_utf8_workspace, open_bridge_runtime
 
 
 def _read_raw(path: bytes) -> str:
@@ -22,7 +21,7 @@ async def test_the_runtime_answers_tools_on_non_utf8_names_and_the_turn_goes_on(
 ) -> None:
     async with open_bridge_runtime(tmp_path) as editor:
         workspace = editor.workspace
-        _non_utf8_workspace(tmp_path)
+        non_utf8_workspace(tmp_path)
         session = await editor.new_session()
         for prompt in ("create link with hi", "read dir/f.txt", "delete file"):
             with trio.fail_after(20):

@@ -15,16 +15,14 @@ from typing import Any
 from permclient.rules import EditorRule, load_rules, save_rules
 from simhost.audit import AUDIT_NAME
 from simhost.rulebook import RULES_NAME, user_rules_file
-from tests.simhost.serve.test_editor import (
+from tests.support import paths
+from tests.support.serving import (
     GIT_STATUS_RULE,
     Inbox,
+    Places,
     answer,
     new_session,
     rows,
-)
-from tests.support import paths
-from tests.support.serving import (
-    Places,
     served,
     view,
 )

@@ -358,3 +358,19 @@ def odd_state_folder(tmp_path: Path) -> Path:
     (folder / "s-000000000006.json").mkdir()
     os.mkfifo(state / "active.json")
     return state
+
+
+def non_utf8_workspace(tmp_path: Path) -> Path:
+    """A workspace whose links lead to names that are not UTF-8 (git can check such
+    links out): a file, a folder on the way, a missing file, a place outside."""
+    workspace = tmp_path / "w"
+    raw = os.fsencode(workspace)
+    os.makedirs(raw + b"/d\xff")
+    Path(os.fsdecode(raw + b"/d\xff/f.txt")).write_text("mine\n")
+    Path(os.fsdecode(raw + b"/\xff.txt")).write_text("mine\n")
+    os.symlink(b"d\xff/f.txt", raw + b"/link")
+    os.symlink(b"\xff.txt", raw + b"/file")
+    os.symlink(b"d\xff", raw + b"/dir")
+    os.symlink(b"\xff-missing", raw + b"/dangling")
+    os.symlink(os.fsencode(tmp_path) + b"/\xff-out", raw + b"/out")
+    return workspace

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -15,16 +15,8 @@ import trio
 
 from permclient import ConnectionClosed, Decision, PermissionRequest, Selected
 from permclient.embed import AsyncioClient, PermissionHandle, asyncio_client, start_guest
+from tests.support.embed import LoopCards, run_on_asyncio
 from tests.support.peer import CANCELLED, TIMEOUT_S, SyncPeer, selected, socket_pair
-
-
-def run(scenario: Callable[[], Awaitable[None]]) -> None:
-    """Run ``scenario`` on a fresh asyncio loop, bounded by a timeout."""
-
-    async def bounded() -> None:
-        await asyncio.wait_for(scenario(), TIMEOUT_S * 3)
-
-    asyncio.run(bounded())
 
 
 @asynccontextmanager
@@ -41,20 +33,6 @@ async def connected(dialect: str = "bridge") -> AsyncIterator[tuple[AsyncioClien
 async def receive(peer: SyncPeer) -> dict[str, Any]:
     """The peer's next message, read off the loop so the guest run keeps going."""
     return await asyncio.to_thread(peer.receive)
-
-
-class Cards:
-    """A handler function (run on the loop) that keeps each handle for the test."""
-
-    def __init__(self) -> None:
-        self.handles: asyncio.Queue[PermissionHandle] = asyncio.Queue()
-        self.withdrawn: asyncio.Queue[PermissionHandle] = asyncio.Queue()
-        self.threads: list[int] = []
-
-    def __call__(self, handle: PermissionHandle) -> None:
-        self.threads.append(threading.get_ident())
-        handle.on_cancelled(self.withdrawn.put_nowait)
-        self.handles.put_nowait(handle)
 
 
 # ------------------------------------------------------------------ 1. routing
@@ -90,7 +68,7 @@ def test_two_sessions_each_get_only_their_own_requests(dialect: str) -> None:
                 assert answers[request_id] == selected("allow" if session == "s-A" else "deny")
             assert answers["x"] == CANCELLED
 
-    run(scenario)
+    run_on_asyncio(scenario)
 
 
 def test_a_closed_registration_takes_no_question_even_before_the_next_tick() -> None:
@@ -100,18 +78,18 @@ def test_a_closed_registration_takes_no_question_even_before_the_next_tick() -> 
     async def scenario() -> None:
         async with connected() as (client, peer):
             stats = client.guest.client.statistics
-            registration = client.permission_handler("s-1", Cards())
+            registration = client.permission_handler("s-1", LoopCards())
             assert stats().connection.sessions_with_handlers == 1
             registration.close()
             assert stats().connection.sessions_with_handlers == 0  # no tick has run
 
-    run(scenario)
+    run_on_asyncio(scenario)
 
 
 def test_a_session_whose_registration_closed_answers_cancelled_not_latest_handler() -> None:
     async def scenario() -> None:
         async with connected() as (client, peer):
-            cards = Cards()
+            cards = LoopCards()
             with client.permission_handler("s-1", cards):
                 pass
             with client.permission_handler("s-2", cards):
@@ -119,13 +97,13 @@ def test_a_session_whose_registration_closed_answers_cancelled_not_latest_handle
                 assert await receive(peer) == {"jsonrpc": "2.0", "id": 1, "result": CANCELLED}
             assert cards.handles.empty()
 
-    run(scenario)
+    run_on_asyncio(scenario)
 
 
 def test_handlers_run_on_the_loop_thread_and_requests_return_results() -> None:
     async def scenario() -> None:
         async with connected() as (client, peer):
-            cards = Cards()
+            cards = LoopCards()
             with client.permission_handler("s", cards):
                 call = asyncio.ensure_future(client.request("sessionRead", {"sessionId": "s"}))
                 sent = await receive(peer)
@@ -142,7 +120,7 @@ def test_handlers_run_on_the_loop_thread_and_requests_return_results() -> None:
                 assert await call == {"title": "t"}
             assert cards.threads == [threading.get_ident()]
 
-    run(scenario)
+    run_on_asyncio(scenario)
 
 
 # ------------------------------------------------- 3. cancel scopes / withdrawal
@@ -154,7 +132,7 @@ def test_handlers_run_on_the_loop_thread_and_requests_return_results() -> None:
 def test_a_peer_cancel_withdraws_the_card_and_answers_cancelled(method: str, key: str) -> None:
     async def scenario() -> None:
         async with connected() as (client, peer):
-            cards = Cards()
+            cards = LoopCards()
             with client.permission_handler("s", cards):
                 peer.ask_permission("s", "call-1", 7)
                 handle = await cards.handles.get()
@@ -163,7 +141,7 @@ def test_a_peer_cancel_withdraws_the_card_and_answers_cancelled(method: str, key
                 assert await cards.withdrawn.get() is handle
                 assert handle.answer(Selected("allow")) is False
 
-    run(scenario)
+    run_on_asyncio(scenario)
 
 
 def test_a_peer_cancel_cancels_an_async_handlers_task() -> None:
@@ -188,7 +166,7 @@ def test_a_peer_cancel_cancels_an_async_handlers_task() -> None:
                 assert await receive(peer) == {"jsonrpc": "2.0", "id": 1, "result": CANCELLED}
                 await cancelled.wait()
 
-    run(scenario)
+    run_on_asyncio(scenario)
 
 
 def test_cancelling_the_awaiting_task_puts_a_cancel_on_the_wire() -> None:
@@ -206,7 +184,7 @@ def test_cancelling_the_awaiting_task_puts_a_cancel_on_the_wire() -> None:
             }
             assert client.closed_reason is None
 
-    run(scenario)
+    run_on_asyncio(scenario)
 
 
 # ------------------------------------------------------------------- 7. teardown
@@ -215,7 +193,7 @@ def test_cancelling_the_awaiting_task_puts_a_cancel_on_the_wire() -> None:
 def test_the_peer_dying_fails_pending_requests_and_withdraws_open_cards() -> None:
     async def scenario() -> None:
         async with connected() as (client, peer):
-            cards = Cards()
+            cards = LoopCards()
             with client.permission_handler("s", cards):
                 call = asyncio.ensure_future(
                     client.request("chatSend", {"sessionId": "s", "text": "go"})
@@ -232,14 +210,14 @@ def test_the_peer_dying_fails_pending_requests_and_withdraws_open_cards() -> Non
             with pytest.raises(ConnectionClosed):
                 await client.notify("anything", {})
 
-    run(scenario)
+    run_on_asyncio(scenario)
 
 
 def test_leaving_the_block_answers_every_open_question_cancelled_once() -> None:
     async def scenario() -> None:
         ours, theirs = socket_pair()
         peer = SyncPeer(theirs)
-        cards = Cards()
+        cards = LoopCards()
         async with asyncio_client(ours) as client:
             client.permission_handler("s", cards)  # left open: the exit must answer
             ids = [peer.ask_permission("s", f"c{n}", n) for n in range(3)]
@@ -255,7 +233,7 @@ def test_leaving_the_block_answers_every_open_question_cancelled_once() -> None:
         assert all(h.withdrawn for h in handles)
         peer.close()
 
-    run(scenario)
+    run_on_asyncio(scenario)
 
 
 def test_an_exception_in_the_block_still_tears_down_and_is_raised_as_is() -> None:
@@ -269,7 +247,7 @@ def test_an_exception_in_the_block_still_tears_down_and_is_raised_as_is() -> Non
         assert await asyncio.to_thread(peer.receive_eof) == b""
         peer.close()
 
-    run(scenario)
+    run_on_asyncio(scenario)
 
 
 # ------------------------------------------------------ end to end: simhost runtime
@@ -282,7 +260,7 @@ def test_leaving_the_block_ends_a_submitted_task_that_never_ends() -> None:
     """B2: the exit cancels what submit() started; its future fails with ConnectionClosed.
 
     The exit shields itself until the trio run is over, so a run that never ends
-    would hang ``run()``'s own timeout too: the loop runs in a thread, joined with
+    would hang ``run_on_asyncio()``'s own timeout too: the loop runs in a thread, joined with
     a bound.
     """
     outcome: list[BaseException | None] = []
@@ -299,7 +277,7 @@ def test_leaving_the_block_ends_a_submitted_task_that_never_ends() -> None:
 
     def in_thread() -> None:
         try:
-            run(scenario)
+            run_on_asyncio(scenario)
         except BaseException as exc:  # reported to the test below
             outcome.append(exc)
         else:
@@ -325,7 +303,7 @@ def test_an_async_handler_returning_a_non_str_option_id_answers_cancelled_at_onc
                 peer.ask_permission("s", "call-1", 1)
                 assert await receive(peer) == {"jsonrpc": "2.0", "id": 1, "result": CANCELLED}
 
-    run(scenario)
+    run_on_asyncio(scenario)
 
 
 def test_ctrl_c_in_a_guest_run_reaches_done_callback_as_a_plain_keyboard_interrupt() -> None:
@@ -350,6 +328,6 @@ def test_ctrl_c_in_a_guest_run_reaches_done_callback_as_a_plain_keyboard_interru
         error = await ended
         assert type(error) is KeyboardInterrupt
 
-    run(scenario)
+    run_on_asyncio(scenario)
 
 

@@ -18,6 +18,7 @@ import trio
 
 from permclient import Cancelled, ConnectionClosed, Selected
 from permclient.embed import BlockingClient, PermissionHandle, open_blocking
+from tests.support.embed import ThreadCards
 from tests.support.peer import CANCELLED, TIMEOUT_S, SyncPeer, selected, socket_pair
 
 
@@ -31,23 +32,6 @@ def connected(dialect: str = "bridge", **kwargs: Any) -> Iterator[tuple[Blocking
     finally:
         client.close()
         peer.close()
-
-
-class Cards:
-    """A handler function that keeps each handle (the "card") for the test to answer."""
-
-    def __init__(self) -> None:
-        self.handles: queue.Queue[PermissionHandle] = queue.Queue()
-        self.threads: list[str] = []
-        self.withdrawn: queue.Queue[PermissionHandle] = queue.Queue()
-
-    def __call__(self, handle: PermissionHandle) -> None:
-        self.threads.append(threading.current_thread().name)
-        handle.on_cancelled(self.withdrawn.put)
-        self.handles.put(handle)
-
-    def next(self) -> PermissionHandle:
-        return self.handles.get(timeout=TIMEOUT_S)
 
 
 def assert_nothing_more(peer: SyncPeer) -> None:
@@ -96,7 +80,7 @@ def test_two_sessions_each_get_only_their_own_requests(dialect: str) -> None:
 
 def test_a_session_whose_registration_closed_answers_cancelled_not_latest_handler() -> None:
     with connected() as (client, peer):
-        cards = Cards()
+        cards = ThreadCards()
         with client.permission_handler("s-1", cards):
             pass
         with client.permission_handler("s-2", cards):
@@ -129,7 +113,7 @@ def test_only_an_offered_choice_answers_selected_and_a_failing_handler_answers_c
 )
 def test_a_peer_cancel_withdraws_the_card_and_answers_cancelled(method: str, key: str) -> None:
     with connected() as (client, peer):
-        cards = Cards()
+        cards = ThreadCards()
         with client.permission_handler("s", cards):
             peer.ask_permission("s", "call-1", 7)
             handle = cards.next()
@@ -144,7 +128,7 @@ def test_a_peer_cancel_withdraws_the_card_and_answers_cancelled(method: str, key
 
 def test_cancel_permissions_withdraws_every_open_card_of_that_session_only() -> None:
     with connected() as (client, peer):
-        cards = Cards()
+        cards = ThreadCards()
         with client.permission_handler("s", cards), client.permission_handler("t", cards):
             peer.ask_permission("s", "s1", 1)
             peer.ask_permission("t", "t1", 2)
@@ -206,7 +190,7 @@ def test_an_answer_counts_once_from_any_thread_and_later_ones_are_ignored(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     with connected() as (client, peer):
-        cards = Cards()
+        cards = ThreadCards()
         with client.permission_handler("s", cards):
             peer.ask_permission("s", "call-1", 1)
             handle = cards.next()
@@ -245,7 +229,7 @@ def test_dispatch_runs_handlers_and_withdrawals_on_the_hosts_thread() -> None:
     ui.start()
     try:
         with connected(dispatch=ui_queue.put) as (client, peer):
-            cards = Cards()
+            cards = ThreadCards()
             with client.permission_handler("s", cards):
                 peer.ask_permission("s", "call-1", 1)
                 peer.ask_permission("s", "call-2", 2)
@@ -268,7 +252,7 @@ def test_dispatch_runs_handlers_and_withdrawals_on_the_hosts_thread() -> None:
 
 def test_default_dispatch_is_a_worker_thread() -> None:
     with connected() as (client, peer):
-        cards = Cards()
+        cards = ThreadCards()
         with client.permission_handler("s", cards):
             peer.ask_permission("s", "call-1", 1)
             cards.next().cancel()
@@ -281,7 +265,7 @@ def test_default_dispatch_is_a_worker_thread() -> None:
 
 def test_the_peer_dying_fails_pending_requests_and_withdraws_open_cards() -> None:
     with connected() as (client, peer):
-        cards = Cards()
+        cards = ThreadCards()
         errors: list[BaseException] = []
         with client.permission_handler("s", cards):
 
@@ -309,7 +293,7 @@ def test_the_peer_dying_fails_pending_requests_and_withdraws_open_cards() -> Non
 def test_closing_answers_every_open_question_cancelled_once_and_withdraws_the_cards() -> None:
     ours, theirs = socket_pair()
     peer = SyncPeer(theirs)
-    cards = Cards()
+    cards = ThreadCards()
     client = open_blocking(ours)
     client.permission_handler("s", cards)  # left open: close() must answer
     ids = [peer.ask_permission("s", f"c{n}", n) for n in range(3)]
@@ -480,7 +464,7 @@ def test_a_click_and_a_withdrawal_racing_give_the_first_to_reach_the_trio_side(
     queued behind it (the click was first: the runtime gets the human's choice).
     """
     with connected() as (client, peer):
-        cards = Cards()
+        cards = ThreadCards()
         with client.permission_handler("s", cards):
             peer.ask_permission("s", "c1", 1)
             handle = cards.next()
@@ -525,7 +509,7 @@ def test_an_option_id_that_is_not_a_str_answers_cancelled_and_never_raises(
 ) -> None:
     """B4: a UI passing a list (unhashable) or another non-str id: answered cancelled."""
     with connected() as (client, peer):
-        cards = Cards()
+        cards = ThreadCards()
         with client.permission_handler("s", cards):
             peer.ask_permission("s", "c1", 1)
             handle = cards.next()
@@ -605,7 +589,7 @@ def test_close_never_joins_a_dispatch_thread_before_it_started(
     ours, theirs = socket_pair()
     peer = SyncPeer(theirs)
     client = open_blocking(ours)
-    cards = Cards()
+    cards = ThreadCards()
     client.permission_handler("s", cards)
     peer.ask_permission("s", "c1", 1)
     handle = cards.next()

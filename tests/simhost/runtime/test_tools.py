@@ -44,6 +44,7 @@ from simhost.runtime.tools import (
     shell_fallback,
 )
 from simhost.runtime.wire import HistoryEntry, TextContentBlock
+from tests.support.runtime_editor import non_utf8_workspace
 
 # --------------------------------------------------------------------- grammar
 
@@ -549,22 +550,6 @@ async def test_shell_output_is_bounded(tmp_path: Path) -> None:
 # ------------------------------------------------ names that are not UTF-8
 
 
-def _non_utf8_workspace(tmp_path: Path) -> Path:
-    """A workspace whose links lead to names that are not UTF-8 (git can check such
-    links out): a file, a folder on the way, a missing file, a place outside."""
-    workspace = tmp_path / "w"
-    raw = os.fsencode(workspace)
-    os.makedirs(raw + b"/d\xff")
-    Path(os.fsdecode(raw + b"/d\xff/f.txt")).write_text("mine\n")
-    Path(os.fsdecode(raw + b"/\xff.txt")).write_text("mine\n")
-    os.symlink(b"d\xff/f.txt", raw + b"/link")
-    os.symlink(b"\xff.txt", raw + b"/file")
-    os.symlink(b"d\xff", raw + b"/dir")
-    os.symlink(b"\xff-missing", raw + b"/dangling")
-    os.symlink(os.fsencode(tmp_path) + b"/\xff-out", raw + b"/out")
-    return workspace
-
-
 def _plan(tool: str, workspace: Path, path: str) -> ToolCall:
     if tool == "write":
         return plan_write(workspace, path, "x\n", {"path": path, "text": "x"})
@@ -586,7 +571,7 @@ def _on_the_wire(call: ToolCall) -> bytes:
 def test_a_path_to_a_non_utf8_name_is_refused_for_that_call_with_the_name_escaped(
     tmp_path: Path, tool: str
 ) -> None:
-    workspace = _non_utf8_workspace(tmp_path)
+    workspace = non_utf8_workspace(tmp_path)
     before = sorted(os.listdir(os.fsencode(workspace)))
     paths = ["link", "file", "dir/f.txt", "dangling", "dir/new.txt"]
     for path in paths:
@@ -604,7 +589,7 @@ def test_a_path_to_a_non_utf8_name_is_refused_for_that_call_with_the_name_escape
 def test_a_link_out_to_a_non_utf8_name_is_outside_and_its_fallback_fits_on_the_wire(
     tmp_path: Path, tool: str
 ) -> None:
-    workspace = _non_utf8_workspace(tmp_path)
+    workspace = non_utf8_workspace(tmp_path)
     if tool != "write":
         (tmp_path / "\udcff-out").write_text("mine\n")  # a file tool needs it to exist
     call = _plan(tool, workspace, "out")
@@ -621,7 +606,7 @@ def test_a_link_out_to_a_non_utf8_name_is_outside_and_its_fallback_fits_on_the_w
 async def test_a_link_swapped_to_a_non_utf8_name_while_the_question_is_open_fails_that_call(
     tmp_path: Path,
 ) -> None:
-    workspace = _non_utf8_workspace(tmp_path)
+    workspace = non_utf8_workspace(tmp_path)
     (workspace / "sub").mkdir()
     (workspace / "sub" / "f.txt").write_text("mine\n")
     (workspace / "moving").symlink_to("sub/f.txt")

@@ -21,7 +21,6 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from trio_websocket import WebSocketConnection
 
 from permclient.relay import Relay
 from permclient.rules import EditorRule, Effect, load_rules, save_rules
@@ -33,104 +32,20 @@ from simhost.serve.protocol import MAX_BATCH, Error
 from simhost.serve.server import Gate, serve_relay
 from tests.support.peer import CANCELLED, FakePeer, allow_deny, connected, selected
 from tests.support.serving import (
+    GIT_STATUS_RULE,
     TOKEN,
     WAIT_S,
+    Inbox,
     Places,
+    answer,
     next_message,
     opened,
-    send,
+    rows,
     sockets_freed_quietly,
     view,
 )
 
 sockets_freed_quietly = pytest.fixture(autouse=True)(sockets_freed_quietly)
-
-GIT_STATUS_RULE = "allow `git status …` in this workspace, until revoked"
-
-
-class Inbox:
-    """One view's messages, taken by what they say rather than in the order they came:
-    question events and host messages travel apart, and what a step does not take
-    stays for the next (nothing is skipped unseen)."""
-
-    def __init__(self, ws: WebSocketConnection, name: str) -> None:
-        self.ws = ws
-        self.name = name
-        self.backlog: list[dict[str, Any]] = []
-
-    async def open(self) -> list[dict[str, Any]]:
-        return await opened(self.ws, self.name)
-
-    async def send(self, message: dict[str, Any]) -> None:
-        await send(self.ws, message)
-
-    async def take(self, wanted: dict[str, Any]) -> dict[str, Any]:
-        """The first message with every field of ``wanted`` (kept ones first)."""
-        for index, message in enumerate(self.backlog):
-            if _like(message, wanted):
-                return self.backlog.pop(index)
-        while True:
-            message = await next_message(self.ws)
-            if _like(message, wanted):
-                return message
-            self.backlog.append(message)
-
-    async def reply(self, message: dict[str, Any], kind: str = "error") -> dict[str, Any]:
-        """Send ``message``; the first message of type ``kind`` or ``error`` that comes."""
-        await self.send(message)
-        while True:
-            got = await next_message(self.ws)
-            if got["type"] in (kind, "error"):
-                return got
-            self.backlog.append(got)
-
-    def kept(self, wanted: dict[str, Any]) -> list[dict[str, Any]]:
-        return [message for message in self.backlog if _like(message, wanted)]
-
-    async def turn(self, session_id: str) -> str:
-        """The session's text until its turn ends, and the stop reason."""
-        text = ""
-        while True:
-            message = await self.take({"type": "session_event", "sessionId": session_id})
-            if message["event"] == "message":
-                text += message["text"]
-            elif message["event"] == "turn_ended":
-                return f"{text}[{message['text']}]"
-
-
-def _like(message: dict[str, Any], wanted: dict[str, Any]) -> bool:
-    return all(message.get(key) == value for key, value in wanted.items())
-
-
-async def new_session(inbox: Inbox) -> str:
-    await inbox.send({"type": "new_session"})
-    created = await inbox.take({"type": "session_event", "event": "created", "view": inbox.name})
-    session_id: str = created["sessionId"]
-    return session_id
-
-
-def answer(
-    question: dict[str, Any], option_id: str | None, reason: str | None = None
-) -> dict[str, Any]:
-    decision = (
-        {"outcome": "cancelled"}
-        if option_id is None
-        else {"outcome": "selected", "optionId": option_id}
-    )
-    message = {
-        "type": "answer",
-        "questionId": question["questionId"],
-        "sessionId": question["sessionId"],
-        "decision": decision,
-    }
-    if reason is not None:
-        message["reason"] = reason
-    return message
-
-
-def rows(rules: dict[str, Any]) -> list[tuple[int, str, str, int]]:
-    return [(r["number"], r["effect"], r["rule"], r["hits"]) for r in rules["rules"]]
-
 
 # ------------------------------------------------------------- the reference runtime
 
