@@ -15,7 +15,7 @@ import math
 import os
 import shlex
 from pathlib import Path
-from typing import Final
+from typing import Annotated, Final, TypeAlias
 
 import typer
 from rich.console import Console
@@ -101,3 +101,28 @@ def interrupted(exc: BaseException) -> bool:
     if isinstance(exc, BaseExceptionGroup):
         return exc.subgroup(KeyboardInterrupt) is not None
     return isinstance(exc, KeyboardInterrupt)
+
+
+# The card guards of the commands that take keys (chat, approve): the same options.
+ArmDelayOption: TypeAlias = Annotated[
+    float | None,
+    typer.Option(
+        "--arm-delay",
+        help="At a terminal: seconds a permission card must have been on screen before a "
+        "key can answer it, so a key typed for something else never answers a card that "
+        "just appeared. 0.1 to 5; default 0.5.",
+        metavar="SECONDS",
+        show_default=False,
+    ),
+]
+RepeatGuardOption: TypeAlias = Annotated[
+    float | None,
+    typer.Option(
+        "--repeat-guard",
+        help="At a terminal: the key that answered a card, read again within these "
+        "seconds, is taken for the keyboard's auto-repeat and answers nothing, so a held "
+        "key never answers the card that comes next. 0.1 to 5; default 1.",
+        metavar="SECONDS",
+        show_default=False,
+    ),
+]

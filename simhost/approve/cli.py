@@ -10,7 +10,7 @@ from typing import Annotated
 import trio
 import typer
 
-from simhost._usage import check_seconds, fail, interrupted
+from simhost._usage import ArmDelayOption, RepeatGuardOption, check_seconds, fail, interrupted
 
 from .target import TOKEN_ENV, TargetError, check_view_name, default_view_name, target_of
 
@@ -48,28 +48,8 @@ def approve_command(
             dir_okay=False,
         ),
     ] = None,
-    arm_delay: Annotated[
-        float | None,
-        typer.Option(
-            "--arm-delay",
-            help="At a terminal: seconds a card must have been on screen before a key can "
-            "answer it, so a key typed for something else never answers a card that just "
-            "appeared. 0.1 to 5; default 0.5.",
-            metavar="SECONDS",
-            show_default=False,
-        ),
-    ] = None,
-    repeat_guard: Annotated[
-        float | None,
-        typer.Option(
-            "--repeat-guard",
-            help="At a terminal: the key that answered a card, read again within these "
-            "seconds, is taken for the keyboard's auto-repeat and answers nothing, so a held "
-            "key never answers the card that comes next. 0.1 to 5; default 1.",
-            metavar="SECONDS",
-            show_default=False,
-        ),
-    ] = None,
+    arm_delay: ArmDelayOption = None,
+    repeat_guard: RepeatGuardOption = None,
 ) -> None:
     """Answer the permission requests of a simhost serve from this terminal.
 

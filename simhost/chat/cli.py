@@ -10,7 +10,14 @@ import trio
 import typer
 
 from permclient import DialectName
-from simhost._usage import check_agent_command, check_seconds, fail, interrupted
+from simhost._usage import (
+    ArmDelayOption,
+    RepeatGuardOption,
+    check_agent_command,
+    check_seconds,
+    fail,
+    interrupted,
+)
 
 __all__ = ["chat_command"]
 
@@ -92,28 +99,8 @@ def chat_command(
             metavar="'CMD ARGS'",
         ),
     ] = None,
-    arm_delay: Annotated[
-        float | None,
-        typer.Option(
-            "--arm-delay",
-            help="At a terminal: seconds a permission card must have been on screen before "
-            "a key can answer it, so a key typed for something else never answers a card "
-            "that just appeared. 0.1 to 5; default 0.5.",
-            metavar="SECONDS",
-            show_default=False,
-        ),
-    ] = None,
-    repeat_guard: Annotated[
-        float | None,
-        typer.Option(
-            "--repeat-guard",
-            help="At a terminal: the key that answered a card, read again within these "
-            "seconds, is taken for the keyboard's auto-repeat and answers nothing, so a held "
-            "key never answers the card that comes next. 0.1 to 5; default 1.",
-            metavar="SECONDS",
-            show_default=False,
-        ),
-    ] = None,
+    arm_delay: ArmDelayOption = None,
+    repeat_guard: RepeatGuardOption = None,
 ) -> None:
     """Chat with an agent and approve each tool call it asks for.
 
