@@ -37,8 +37,12 @@ from tests.support.serving import (
     send,
     served,
     served_sync,
+    sockets_freed_quietly,
     view,
 )
+
+# (what trio-websocket leaves to the garbage collector is collected as each test ends)
+sockets_freed_quietly = pytest.fixture(autouse=True)(sockets_freed_quietly)
 
 
 class Tab(Inbox):

@@ -12,6 +12,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+import pytest
+
 from permclient.rules import EditorRule, load_rules, save_rules
 from simhost.audit import AUDIT_NAME
 from simhost.rulebook import RULES_NAME, user_rules_file
@@ -24,8 +26,12 @@ from tests.support.serving import (
     new_session,
     rows,
     served,
+    sockets_freed_quietly,
     view,
 )
+
+# (what trio-websocket leaves to the garbage collector is collected as each test ends)
+sockets_freed_quietly = pytest.fixture(autouse=True)(sockets_freed_quietly)
 
 FAKE_AGENTS = paths.FAKE_AGENTS
 

@@ -595,7 +595,9 @@ def test_nl_encode_rejects_unframeable_bodies(body: bytes) -> None:
 
 # --- Property tests ---------------------------------------------------------------------
 
-FAST = settings(max_examples=examples(50), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(
+    max_examples=examples(50), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 def split_at(data: bytes, cuts: list[int]) -> list[bytes]:

@@ -758,7 +758,9 @@ def editor_rules(draw: st.DrawFn) -> EditorRule:
 
 
 @settings(
-    max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(150),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(rules=st.lists(editor_rules(), max_size=4))
 def test_saved_rules_load_back_equal_and_session_rules_are_not_saved(

@@ -44,6 +44,10 @@ from simhost.chat.screen import PlainScreen
 from simhost.chat.terminal import InputEvent
 from simhost.cli import app as simhost_app
 from simhost.serve.protocol import Answer, ViewMessage
+from tests.support.serving import sockets_freed_quietly
+
+# (what trio-websocket leaves to the garbage collector is collected as each test ends)
+sockets_freed_quietly = pytest.fixture(autouse=True)(sockets_freed_quietly)
 
 TIMEOUT = 60
 URL = "http://127.0.0.1:8765/?token=guard-test-token"

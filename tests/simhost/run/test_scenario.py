@@ -599,7 +599,9 @@ def mangled(draw: st.DrawFn) -> bytes:
 
 
 @settings(
-    max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(300),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(mangled())
 def test_any_file_loads_or_raises_scenario_error_with_a_real_line(

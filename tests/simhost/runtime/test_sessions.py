@@ -27,7 +27,8 @@ from tests.support.runtime_editor import odd_state_folder, valid_session
 def test_unusable_session_files_are_skipped_with_a_warning_each(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    store = SessionStore(odd_state_folder(tmp_path))  # would raise RecursionError, or hang on a FIFO
+    # (Would raise RecursionError, or hang on a FIFO.)
+    store = SessionStore(odd_state_folder(tmp_path))
     assert [s.session_id for s in store.sessions()] == ["s-000000000001"]
     assert store.active_id is None
     warnings = "\n".join(r.getMessage() for r in caplog.records)
