@@ -6,28 +6,16 @@ import json
 import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import msgspec
 import pytest
 
-from permclient import PermissionRequest, Selected
+from permclient import Selected
 from permclient.rules import with_reason
 from simhost.audit import AUDIT_NAME, AuditLog, AuditRecord, record_for
 from tests.support.cli import ForkedSimhost, Ran
-
-WS = "/ws"
-OPTIONS = [
-    {"optionId": "yes", "name": "Allow", "kind": "allow_once"},
-    {"optionId": "no", "name": "Deny", "kind": "reject_once"},
-]
-
-
-def request(session: str = "s-1", **tool_call: Any) -> PermissionRequest:
-    call = {"toolCallId": "call-1", "title": "run it", "kind": "execute", **tool_call}
-    params = {"sessionId": session, "toolCall": call, "options": OPTIONS}
-    return PermissionRequest.from_json(msgspec.json.encode(params))
-
+from tests.support.peer import WS
+from tests.support.peer import audit_request as request
 
 # ---------------------------------------------------------------- simhost audit
 

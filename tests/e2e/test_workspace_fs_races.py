@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from simhost.runtime.tools import ToolResult, plan_delete, plan_read, plan_write
-from tests.permclient.test_acp import connected, fs_call, initialized, new_session
-from tests.permclient.test_workspace_fs import INSIDE, SECRET, Layout
+from tests.support.acp_agent import connected, fs_call, initialized, new_session
+from tests.support.workspace import INSIDE, SECRET, Layout
 
 ITERATIONS = 300
 

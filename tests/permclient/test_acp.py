@@ -8,8 +8,7 @@ from __future__ import annotations
 import os
 import stat
 import threading
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager, suppress
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -34,50 +33,16 @@ from permclient.acp import (
     UnknownUpdate,
     decode_session_update,
 )
+from tests.support.acp_agent import (
+    INIT_RESULT,
+    answer,
+    connected,
+    fs_call,
+    initialized,
+    new_session,
+)
 from tests.support.acp_schema import assert_valid
-from tests.support.peer import CANCELLED, FakePeer
-
-INIT_RESULT = {
-    "protocolVersion": 1,
-    "agentCapabilities": {"loadSession": True, "promptCapabilities": {"image": False}},
-    "agentInfo": {"name": "scripted-agent", "version": "9.9.9"},
-    "authMethods": [],
-}
-
-
-@asynccontextmanager
-async def connected(**flags: Any) -> AsyncIterator[tuple[AcpAgent, FakePeer]]:
-    ours, theirs = trio.testing.memory_stream_pair()
-    async with permclient.open_client(ours, dialect="acp") as client:
-        yield AcpAgent(client, **flags), FakePeer(theirs, "acp")
-
-
-async def answer(peer: FakePeer, schema: str, result: Any) -> dict[str, Any]:
-    """Receive the client's next request, check it against the schema, answer it."""
-    request = await peer.receive()
-    assert_valid(schema, request["params"])
-    await peer.send({"jsonrpc": "2.0", "id": request["id"], "result": result})
-    return request
-
-
-async def initialized(agent: AcpAgent, peer: FakePeer, result: Any = None) -> None:
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(agent.initialize)
-        await answer(peer, "InitializeRequest", result or INIT_RESULT)
-
-
-async def new_session(agent: AcpAgent, peer: FakePeer, cwd: Path, sid: str = "s1") -> Any:
-    sessions = []
-
-    async def create() -> None:
-        sessions.append(await agent.new_session(cwd))
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(create)
-        request = await answer(peer, "NewSessionRequest", {"sessionId": sid})
-        assert request["params"] == {"cwd": str(cwd), "mcpServers": []}
-    return sessions[0]
-
+from tests.support.peer import CANCELLED
 
 # ------------------------------------------------------------------ initialize
 
@@ -346,15 +311,6 @@ async def test_a_relative_cwd_is_refused() -> None:
 
 
 # ----------------------------------------------------------------- file system
-
-
-async def fs_call(
-    peer: FakePeer, method: str, params: dict[str, Any], request_id: int = 7
-) -> dict[str, Any]:
-    await peer.request(method, params, request_id=request_id)
-    reply = await peer.receive()
-    assert reply["id"] == request_id
-    return reply
 
 
 async def test_fs_methods_are_not_served_unless_turned_on(tmp_path: Path) -> None:

@@ -10,8 +10,7 @@ import trio.testing
 
 import permclient
 from permclient import Answer, Cancelled, PermissionRequest, Selected
-from tests.permclient.test_client import connected
-from tests.support.peer import CANCELLED, selected
+from tests.support.peer import CANCELLED, connected, selected
 
 
 async def test_a_decision_given_while_awaited_wakes_the_handler_with_it() -> None:

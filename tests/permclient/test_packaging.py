@@ -11,7 +11,7 @@ import sys
 import tomllib
 
 from simhost._entry import HOST_MODULES
-from tests.e2e.test_packaging import ROOT
+from tests.support import paths
 
 SDK_DEPENDENCIES = {"msgspec", "trio", "outcome"}
 
@@ -23,7 +23,7 @@ def _requirement_name(requirement: str) -> str:
 
 
 def _pyproject() -> dict[str, object]:
-    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]  # type: ignore[no-any-return]
+    return tomllib.loads((paths.ROOT / "pyproject.toml").read_text())["project"]  # type: ignore[no-any-return]
 
 
 def test_the_sdk_depends_only_on_msgspec_and_trio_and_the_host_stack_is_an_extra() -> None:
@@ -38,7 +38,7 @@ def test_the_sdk_depends_only_on_msgspec_and_trio_and_the_host_stack_is_an_extra
 def _third_party_imports(package: str) -> dict[str, set[str]]:
     """Every top-level module a package's files import that is neither stdlib nor ours."""
     found: dict[str, set[str]] = {}
-    for path in sorted((ROOT / package).rglob("*.py")):
+    for path in sorted((paths.ROOT / package).rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]
@@ -49,7 +49,7 @@ def _third_party_imports(package: str) -> dict[str, set[str]]:
             for name in names:
                 top = name.partition(".")[0]
                 if top not in sys.stdlib_module_names and top not in {"permclient", "simhost"}:
-                    found.setdefault(top, set()).add(str(path.relative_to(ROOT)))
+                    found.setdefault(top, set()).add(str(path.relative_to(paths.ROOT)))
     return found
 
 

@@ -19,50 +19,7 @@ import pytest
 
 from permclient import _workspace_fs
 from permclient._workspace_fs import Refused
-
-INSIDE = "inside\n"
-SECRET = "secret\n"
-
-
-class Layout:
-    """``w/sub/f.txt`` in the workspace ``w``; ``outside/f.txt`` next to it."""
-
-    def __init__(self, tmp_path: Path, outside_text: str) -> None:
-        self.workspace = tmp_path / "w"
-        self.sub = self.workspace / "sub"
-        self.sub.mkdir(parents=True)
-        (self.sub / "f.txt").write_text(INSIDE)
-        self.outside = tmp_path / "outside"
-        self.outside.mkdir()
-        self.outside_file = self.outside / "f.txt"
-        self.outside_text = outside_text
-        self.outside_file.write_text(outside_text)
-
-    def untouched(self) -> bool:
-        """Nothing outside was written, created or deleted."""
-        return (
-            sorted(p.name for p in self.outside.iterdir()) == ["f.txt"]
-            and self.outside_file.read_text() == self.outside_text
-        )
-
-    # Each swap turns part of the path into a way out (or into something unreadable).
-
-    def parent_to_symlink(self) -> None:
-        os.rename(self.sub, self.workspace / "sub.aside")
-        os.symlink(self.outside, self.sub)
-
-    def file_to_symlink(self) -> None:
-        os.symlink(self.outside_file, self.sub / ".link")
-        os.replace(self.sub / ".link", self.sub / "f.txt")
-
-    def file_to_hard_link(self) -> None:
-        os.link(self.outside_file, self.sub / ".link")
-        os.replace(self.sub / ".link", self.sub / "f.txt")
-
-    def file_to_fifo(self) -> None:
-        os.mkfifo(self.sub / ".fifo")
-        os.replace(self.sub / ".fifo", self.sub / "f.txt")
-
+from tests.support.workspace import INSIDE, SECRET, Layout
 
 # ------------------------------------------------------- a swap at every step
 

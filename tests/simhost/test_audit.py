@@ -7,7 +7,8 @@ from pathlib import Path
 from permclient import Cancelled, Selected
 from permclient.rules import with_reason
 from simhost.audit import AUDIT_NAME, AuditLog, read_audit, record_for
-from tests.e2e.test_audit import WS, request
+from tests.support.peer import WS
+from tests.support.peer import audit_request as request
 
 
 def test_a_record_says_what_was_asked_the_outcome_and_who_answered() -> None:

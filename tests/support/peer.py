@@ -18,6 +18,7 @@ import trio
 import trio.testing
 
 import permclient
+from permclient import PermissionRequest
 from permclient.framing import ContentLengthFramer, NewlineFramer
 
 
@@ -193,3 +194,17 @@ def runtime_argv(workspace: Path, state: Path) -> list[str]:
         "--state-dir",
         str(state),
     ]
+
+
+# The workspace, and a request of two options, of the audit trail's tests.
+WS = "/ws"
+AUDIT_OPTIONS = [
+    {"optionId": "yes", "name": "Allow", "kind": "allow_once"},
+    {"optionId": "no", "name": "Deny", "kind": "reject_once"},
+]
+
+
+def audit_request(session: str = "s-1", **tool_call: Any) -> PermissionRequest:
+    call = {"toolCallId": "call-1", "title": "run it", "kind": "execute", **tool_call}
+    params = {"sessionId": session, "toolCall": call, "options": AUDIT_OPTIONS}
+    return PermissionRequest.from_json(msgspec.json.encode(params))

@@ -27,22 +27,10 @@ from simhost.chat.card import FULL_MAX_ROWS, KEYED_OPTIONS, PermissionCard
 from simhost.chat.screen import PlainScreen, View
 from simhost.chat.text import MARKS_PER_CHARACTER, has_hidden, is_hidden, is_uneven, visible
 from tests.support import paths
+from tests.support.cards import command_card, many_options_card, request
 from tests.support.profiles import examples
 
 GOLDEN = paths.FIXTURES / "golden"
-FOUR_OPTIONS = [
-    {"optionId": "allow", "name": "Allow", "kind": "allow_once"},
-    {"optionId": "allow-always", "name": "Allow always", "kind": "allow_always"},
-    {"optionId": "deny", "name": "Deny", "kind": "reject_once"},
-    {"optionId": "deny-always", "name": "Deny always", "kind": "reject_always"},
-]
-
-
-def request(tool_call: dict[str, Any], **params: Any) -> PermissionRequest:
-    body = {"sessionId": "s-7", "toolCall": tool_call, "options": FOUR_OPTIONS, **params}
-    return PermissionRequest.from_json(msgspec.json.encode(body))
-
-
 def golden(name: str) -> PermissionRequest:
     message = json.loads((GOLDEN / f"{name}.json").read_text())
     return PermissionRequest.from_json(msgspec.json.encode(message["params"]))
@@ -516,15 +504,6 @@ def test_no_line_of_a_command_or_a_diff_can_start_where_the_card_rows_start(widt
 # ------------------------------------------------------------ fitting
 
 
-def command_card(lines: int, *, hint: str = "Press 1-4 to choose") -> PermissionCard:
-    command = "\n".join(f"echo {i}" for i in range(1, lines + 1))
-    return PermissionCard(
-        request({"toolCallId": "c", "title": "run", "rawInput": {"command": command}}),
-        session_title="Notes",
-        hint=hint,
-    )
-
-
 @pytest.mark.parametrize("height", [14, 20, 40])
 def test_a_live_card_keeps_its_head_and_options_and_says_what_it_left_out(height: int) -> None:
     card = command_card(80).fitted(height)
@@ -541,21 +520,7 @@ def test_a_live_card_keeps_its_head_and_options_and_says_what_it_left_out(height
     assert "Press 1-4 to choose" in body
 
 
-LONG_HINT = (
-    "Press 1-9 to choose (options after 9 have no key) · Esc answers cancelled · Enter does "
-    "nothing · Ctrl-C cancels the turn · other keys type on the prompt line"
-)
 
-
-def many_options_card(
-    options: int, *, name: str = "Allow variant", **tool_call: Any
-) -> PermissionCard:
-    chosen = [
-        {"optionId": f"o{i}", "name": f"{name} {i}", "kind": "allow_once"}
-        for i in range(1, options + 1)
-    ]
-    call = {"toolCallId": "c", "title": "run", **tool_call}
-    return PermissionCard(request(call, options=chosen), session_title="Notes", hint=LONG_HINT)
 
 
 def option_numbers(output: str) -> list[int]:

@@ -22,7 +22,7 @@ from rich.text import Text
 from simhost.chat.card import PermissionCard
 from simhost.chat.keys import Key
 from simhost.chat.screen import FRAME_S, LiveScreen, PlainScreen, View
-from tests.simhost.chat.test_card import command_card, many_options_card, request
+from tests.support.cards import command_card, many_options_card, request
 from tests.support.fake_runtime import running_chat, settle
 
 SYNC_BEGIN = "\x1b[?2026h"
