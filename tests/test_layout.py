@@ -1,9 +1,11 @@
-"""The suite's own rules: its tests are laid out like the code, and a test outside
+"""The suite's own rules: its tests are laid out like the code, what test modules share
+is in ``tests/support`` (none imports another), and a test outside
 ``tests/e2e`` and ``tests/interop`` starts no process (the inner loop,
 ``pytest -m "not e2e"``, is what those leave)."""
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -47,6 +49,28 @@ def test_every_test_module_is_named_after_a_module_of_the_folder_it_mirrors(
         f"{test_file}: {package}/ has no module {stem!r} (test_<module>.py, or "
         f"test_<module>_<aspect>.py); modules: {sorted(modules)}"
     )
+
+
+@pytest.mark.parametrize(
+    "test_file",
+    sorted(p.relative_to(paths.TESTS).as_posix() for p in paths.TESTS.rglob("test_*.py")),
+)
+def test_no_test_module_imports_another_what_they_share_is_in_support(test_file: str) -> None:
+    tree = ast.parse((paths.TESTS / test_file).read_text(encoding="utf-8"))
+    imported = [  # every module named, and every name taken from a tests package
+        name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tests")
+        for name in (node.module or "", *(f"{node.module}.{a.name}" for a in node.names))
+    ] + [
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+        if alias.name.startswith("tests")
+    ]
+    others = [name for name in imported if name.rsplit(".", 1)[-1].startswith("test_")]
+    assert others == [], f"{test_file} imports {others}: move what it needs to tests/support"
 
 
 def test_the_mirrored_folders_hold_tests_of_both_packages() -> None:
