@@ -44,6 +44,7 @@ from simhost.chat.screen import PlainScreen
 from simhost.chat.terminal import InputEvent
 from simhost.cli import app as simhost_app
 from simhost.serve.protocol import Answer, ViewMessage
+from tests.support.peer import allow_deny, permission_params
 from tests.support.serving import sockets_freed_quietly
 
 # (what trio-websocket leaves to the garbage collector is collected as each test ends)
@@ -290,32 +291,16 @@ async def test_run_approve_gives_the_configured_guards_to_the_approver_at_a_keyb
 
 # ------------------------------------------------------------- what the values then mean
 
-ALLOW_DENY = [
-    {"optionId": "allow", "name": "Allow", "kind": "allow_once"},
-    {"optionId": "deny", "name": "Deny", "kind": "reject_once"},
-]
-
-
 def _question(question_id: str) -> RelayQuestion:
     tool_call_id = f"call-{question_id}"
-    params = {
-        "sessionId": "s1",
-        "toolCall": {
-            "toolCallId": tool_call_id,
-            "title": f"run {tool_call_id}",
-            "kind": "execute",
-            "status": "pending",
-            "rawInput": {"command": "python3"},
-        },
-        "options": ALLOW_DENY,
-    }
+    params = permission_params("s1", tool_call_id)
     return RelayQuestion(
         question_id=question_id,
         session_id="s1",
         tool_call_id=tool_call_id,
         title=f"run {tool_call_id}",
         kind="execute",
-        options=tuple(RelayOption(o["optionId"], o["name"], o["kind"]) for o in ALLOW_DENY),
+        options=tuple(RelayOption(o["optionId"], o["name"], o["kind"]) for o in allow_deny()),
         request=msgspec.Raw(msgspec.json.encode(params)),
     )
 
